@@ -1,0 +1,141 @@
+"""The PID controller that moves DSAT's public threshold (thesis §4.2.2).
+
+Inputs are public: the number of fresh releases so far and the timestep.
+Nothing here reads data, so adjusting the threshold costs no privacy budget
+(thesis Thm 4.2.2) — as long as the threshold stays a function of what was
+published. The *noisy* comparison happens elsewhere, against
+``public threshold + secret threshold noise``; the clamp to ``[lower, upper]``
+is applied to the public threshold only (``docs/privacy.md`` §3).
+
+With the thesis's definitions (Eq. 4.2.2–4.2.5), at timestep ``i`` (1-based):
+
+* feedback error ``E_i = |C_i/i − target|`` (target = C/N, or C/w per window),
+* error ``e_i = |E_i − δ| / δ``,
+* output ``u_i = θ_P·e_i + θ_I·Σ_{last window} e + θ_D·(e_i − e_j)/(i − j)``
+  (``j`` the last sampling timestep),
+* threshold ``T_i = clamp(T_{i−1} + sign(C_i/i − target)·θ·u_i)``.
+
+The thesis's setting is θ_P = 1, θ_I = θ_D = 0, θ = 0.5, δ = 0.05.
+Arithmetic is in floats: the threshold is public, and IEEE-754 ``+ − × ÷``
+are deterministic, so the service and an offline replay agree exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from controller.errors import ConfigurationError, StateError
+
+__all__ = ["PIDGains", "PIDState", "PIDController"]
+
+
+@dataclass(frozen=True)
+class PIDGains:
+    """Gains and set point of the controller (all public, unitless)."""
+
+    theta_p: float = 1.0
+    theta_i: float = 0.0
+    theta_d: float = 0.0
+    theta: float = 0.5
+    delta: float = 0.05
+    integral_window: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("theta_p", "theta_i", "theta_d", "theta"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value < 0 or value != value or value == float("inf"):
+                raise ConfigurationError(f"PID gain {name} must be a finite number >= 0, got {value!r}")
+        if not 0 < self.delta < 1:
+            raise ConfigurationError(f"PID set point delta must lie in (0, 1), got {self.delta!r}")
+        if self.integral_window < 1:
+            raise ConfigurationError(f"PID integral_window must be >= 1, got {self.integral_window}")
+
+
+@dataclass(frozen=True)
+class PIDState:
+    """Everything the controller remembers (all public)."""
+
+    threshold: float
+    errors: tuple[float, ...] = ()
+    last_sample_error: float = 0.0
+    last_sample_time: int = 0
+    updates: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "threshold": repr(self.threshold),
+            "errors": [repr(e) for e in self.errors],
+            "last_sample_error": repr(self.last_sample_error),
+            "last_sample_time": self.last_sample_time,
+            "updates": self.updates,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PIDState:
+        try:
+            return cls(
+                float(data["threshold"]),
+                tuple(float(e) for e in data["errors"]),
+                float(data["last_sample_error"]),
+                int(data["last_sample_time"]),
+                int(data["updates"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(f"malformed PID state: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class PIDController:
+    """Adjusts a public threshold towards a target rate of fresh releases.
+
+    Attributes:
+        gains: PID gains and set point.
+        initial: the starting threshold T (thesis units: normalised L1, [0, 2]).
+        lower, upper: the clamp of the public threshold.
+    """
+
+    gains: PIDGains = field(default_factory=PIDGains)
+    initial: float = 0.025
+    lower: float = 0.0
+    upper: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.lower <= self.initial <= self.upper:
+            raise ConfigurationError(
+                f"initial threshold {self.initial} must lie in [{self.lower}, {self.upper}]"
+            )
+
+    def reset(self) -> PIDState:
+        """The state before any update."""
+        return PIDState(float(self.initial))
+
+    def get(self, state: PIDState) -> float:
+        """The current public threshold."""
+        return state.threshold
+
+    def update(self, state: PIDState, *, fresh_so_far: int, timestep: int, target_rate: float) -> PIDState:
+        """One controller step at 1-based ``timestep`` given ``fresh_so_far`` releases."""
+        if timestep < 1:
+            raise ValueError("timestep is 1-based")
+        g = self.gains
+        rate = fresh_so_far / timestep
+        feedback = abs(rate - target_rate)
+        e = abs(feedback - g.delta) / g.delta
+        errors = (state.errors + (e,))[-g.integral_window :]
+        derivative = 0.0
+        if g.theta_d and timestep != state.last_sample_time:
+            derivative = (e - state.last_sample_error) / (timestep - state.last_sample_time)
+        u = g.theta_p * e + g.theta_i * sum(errors) + g.theta_d * derivative
+        step = g.theta * u
+        if rate - target_rate <= 0:
+            threshold = max(self.lower, state.threshold - step)
+        else:
+            threshold = min(self.upper, state.threshold + step)
+        return replace(state, threshold=threshold, errors=errors, updates=state.updates + 1)
+
+    def sampled(self, state: PIDState, timestep: int) -> PIDState:
+        """Record that ``timestep`` was a sampling (fresh) timestep, for the derivative term."""
+        last_error = state.errors[-1] if state.errors else 0.0
+        return replace(state, last_sample_error=last_error, last_sample_time=timestep)
+
