@@ -1,0 +1,472 @@
+"""dpstream settings: one YAML file, environment overrides, strict validation.
+
+Precedence: explicit overrides > environment (``DPSTREAM_…``, nested with
+``__``, e.g. ``DPSTREAM_PRIVACY__EPSILON=0.5``) > the YAML file > defaults.
+Unknown keys are errors (a typo must not silently fall back to a default).
+Every error names the setting and says what to do; a configuration that
+fails here can release nothing.
+
+The privacy-relevant part of the settings (stream id and timestep grid,
+domain, privacy unit and budget, method, mechanism and their parameters) is
+hashed into :meth:`Settings.fingerprint`; the service stores it with its
+ledger and refuses to continue a stream whose fingerprint changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from controller.errors import ConfigurationError
+from controller.method import METHODS, MethodSpec, build_engine
+from controller.pid import PIDGains
+from controller.step import Engine
+from controller.units import UserLevel, WEvent, parse_epsilon
+from histogram.domain import CategoricalAttribute, Domain, NumericAttribute
+from histogram.errors import HistogramError
+from histogram.exact import to_fraction
+from histogram.lpa import LaplaceMechanism
+from histogram.mechanism import Mechanism
+from histogram.noise import Randomness
+
+__all__ = ["ConfigError", "Settings", "load_settings", "parse_duration", "format_duration"]
+
+ENV_PREFIX = "DPSTREAM_"
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message lists every problem found."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
+
+
+def parse_duration(value: object) -> timedelta:
+    """``"300s"``, ``"5m"``, ``"1h"``, ``"1d"``, ``"250ms"``, or a number of seconds."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"a duration must look like 300s, 5m, 1h or 1d, got {value!r}")
+    if isinstance(value, int | float):
+        return timedelta(seconds=float(value))
+    m = _DURATION.match(str(value))
+    if not m:
+        raise ValueError(f"a duration must look like 300s, 5m, 1h or 1d, got {value!r}")
+    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def format_duration(td: timedelta) -> str:
+    seconds = td.total_seconds()
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{int(round(seconds * 1000))}ms"
+
+
+def _parse_time(value: object) -> datetime:
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        dt = datetime.fromtimestamp(float(value), tz=UTC)
+    else:
+        text = str(value).strip()
+        dt = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration), PlainSerializer(format_duration)]
+Instant = Annotated[datetime, BeforeValidator(_parse_time), PlainSerializer(lambda d: d.isoformat())]
+Exact = Annotated[Fraction, BeforeValidator(lambda v: to_fraction(v, name="value")), PlainSerializer(str)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+class StreamSection(_Section):
+    """``stream.*``: identity and the timestep grid."""
+
+    id: str = Field(default="dpstream", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    timestep: Duration = timedelta(hours=1)
+    allowed_lateness: Duration = timedelta(0)
+    idle_timeout: Duration = timedelta(seconds=30)
+    max_future: Duration = timedelta(days=1)
+    origin: Instant = datetime(1970, 1, 1, tzinfo=UTC)
+    start: Instant | None = None
+
+    @field_validator("timestep")
+    @classmethod
+    def _positive_timestep(cls, v: timedelta) -> timedelta:
+        if v <= timedelta(0):
+            raise ValueError("stream.timestep must be > 0")
+        return v
+
+    @field_validator("allowed_lateness", "max_future")
+    @classmethod
+    def _non_negative(cls, v: timedelta) -> timedelta:
+        if v < timedelta(0):
+            raise ValueError("must be >= 0")
+        return v
+
+    @field_validator("idle_timeout")
+    @classmethod
+    def _positive_idle(cls, v: timedelta) -> timedelta:
+        if v <= timedelta(0):
+            raise ValueError("stream.idle_timeout must be > 0")
+        return v
+
+
+class AttributeSpec(_Section):
+    """One entry of ``schema.attributes``."""
+
+    name: str = Field(min_length=1)
+    kind: Literal["categorical", "numeric"]
+    values: list[str | int | float] | None = None
+    min: float | None = None
+    max: float | None = None
+    bins: int | None = None
+    out_of_range: Literal["clip", "reject"] | None = None
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> AttributeSpec:
+        if self.kind == "categorical":
+            if not self.values:
+                raise ValueError(f"categorical attribute {self.name!r} needs a non-empty 'values' list")
+            if any(v is not None for v in (self.min, self.max, self.bins)):
+                raise ValueError(f"categorical attribute {self.name!r} takes 'values', not min/max/bins")
+        else:
+            if self.min is None or self.max is None or self.bins is None:
+                raise ValueError(f"numeric attribute {self.name!r} needs 'min', 'max' and 'bins'")
+            if self.values is not None:
+                raise ValueError(f"numeric attribute {self.name!r} takes min/max/bins, not 'values'")
+        return self
+
+
+class SchemaSection(_Section):
+    """``schema.*``: which input field is which, and the public domain."""
+
+    user_id: str = "user_id"
+    event_time: str = "event_time"
+    attributes: list[AttributeSpec] = Field(default_factory=list)
+    out_of_domain: Literal["reject", "clip"] = "reject"
+
+    @model_validator(mode="after")
+    def _names(self) -> SchemaSection:
+        names = [a.name for a in self.attributes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"attribute names must be distinct, got {names}")
+        clash = {self.user_id, self.event_time} & set(names)
+        if clash:
+            raise ValueError(f"{sorted(clash)} cannot be both an attribute and the user id / event time column")
+        return self
+
+
+class PIDSection(_Section):
+    theta_p: float = 1.0
+    theta_i: float = 0.0
+    theta_d: float = 0.0
+    theta: float = 0.5
+    delta: float = 0.05
+    integral_window: int = 10
+
+
+class PrivacySection(_Section):
+    """``privacy.*``: the promise."""
+
+    unit: Literal["user-level", "w-event"] = "user-level"
+    epsilon: Exact = Fraction(1)
+    horizon: int | None = None
+    cutoff: int = 1
+    w: int | None = None
+    population: int | None = None
+    contribution_bound: int = 1
+
+    @field_validator("epsilon", mode="before")
+    @classmethod
+    def _eps(cls, v: object) -> Fraction:
+        return parse_epsilon(v)
+
+    @model_validator(mode="after")
+    def _unit_fields(self) -> PrivacySection:
+        if self.unit == "user-level" and self.horizon is None:
+            raise ValueError("user-level privacy needs privacy.horizon (N, the number of timesteps covered)")
+        if self.unit == "w-event" and self.w is None:
+            raise ValueError("w-event privacy needs privacy.w (the window length in timesteps)")
+        if self.contribution_bound < 1:
+            raise ValueError("privacy.contribution_bound must be >= 1")
+        return self
+
+
+class ReleaseSection(_Section):
+    """``release.*``: decision method and mechanism."""
+
+    decision: str = "dsat"
+    mechanism: Literal["lpa", "psd"] = "lpa"
+    threshold: float = 0.025
+    k: Exact | None = None
+    svt_split: Literal["lyu", "even"] = "lyu"
+    burn_in: int = 0
+    pid: PIDSection = Field(default_factory=PIDSection)
+    confidence: float = 0.95
+    psd: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("decision")
+    @classmethod
+    def _decision(cls, v: str) -> str:
+        if v not in METHODS:
+            raise ValueError(f"unknown decision method {v!r}: choose one of {', '.join(METHODS)}")
+        return v
+
+    @field_validator("confidence")
+    @classmethod
+    def _confidence(cls, v: float) -> float:
+        if not 0 < v < 1:
+            raise ValueError("release.confidence must lie strictly between 0 and 1")
+        return v
+
+
+class RandomnessSection(_Section):
+    """``randomness.*``: production noise is always from the OS CSPRNG.
+
+    A seed makes noise reproducible (tests, evaluation, replay comparisons)
+    and is refused unless ``allow_seeded_noise`` is also set: seeded noise
+    must never protect real people.
+    """
+
+    seed: int | None = None
+    allow_seeded_noise: bool = False
+
+    @model_validator(mode="after")
+    def _gate(self) -> RandomnessSection:
+        if self.seed is not None and not self.allow_seeded_noise:
+            raise ValueError(
+                "randomness.seed makes the noise predictable; it is only for tests and evaluation. "
+                "Set randomness.allow_seeded_noise: true to confirm, or remove the seed"
+            )
+        if self.seed is not None and self.seed < 0:
+            raise ValueError("randomness.seed must be >= 0")
+        return self
+
+
+class KafkaSection(_Section):
+    """``kafka.*``: where the service reads and writes."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    input_topic: str = "dpstream.events"
+    output_topic: str = "dpstream.releases"
+    dead_letter_topic: str = "dpstream.dead-letters"
+    late_topic: str = "dpstream.late"
+    state_topic: str = "dpstream.state"
+    group_id: str = "dpstream"
+    transactional_id: str | None = None
+    client_id: str = "dpstream"
+    create_topics: bool = True
+    topic_partitions: int = 1
+    replication_factor: int = 1
+    max_poll_records: int = 2000
+    max_poll_interval_ms: int = 300_000
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3_000
+    request_timeout_ms: int = 30_000
+    transaction_timeout_ms: int = 60_000
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_plain_username: str | None = None
+    sasl_plain_password: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+
+class ServiceSection(_Section):
+    """``service.*``: the process around the pipeline."""
+
+    http_host: str = "127.0.0.1"
+    http_port: int = 8000
+    state_dir: str = "./dpstream-state"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    max_message_bytes: int = 1_048_576
+    max_events_per_message: int = 10_000
+
+
+class Settings(BaseSettings):
+    """The whole configuration. Build with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        arbitrary_types_allowed=True,
+        populate_by_name=True,
+    )
+
+    stream: StreamSection = Field(default_factory=StreamSection)
+    schema_: SchemaSection = Field(default_factory=SchemaSection, alias="schema")
+    privacy: PrivacySection
+    release: ReleaseSection = Field(default_factory=ReleaseSection)
+    randomness: RandomnessSection = Field(default_factory=RandomnessSection)
+    kafka: KafkaSection = Field(default_factory=KafkaSection)
+    service: ServiceSection = Field(default_factory=ServiceSection)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if settings_cls.model_config.get("yaml_file"):
+            sources.append(YamlConfigSettingsSource(settings_cls))
+        return tuple(sources)
+
+    # -- derived objects (validated once, here) ---------------------------------
+    @property
+    def schema(self) -> SchemaSection:  # type: ignore[override]
+        return self.schema_
+
+    def domain(self) -> Domain:
+        """The public histogram domain."""
+        attrs = []
+        for a in self.schema_.attributes:
+            if a.kind == "categorical":
+                attrs.append(CategoricalAttribute(a.name, tuple(str(v) for v in a.values or ())))
+            else:
+                attrs.append(
+                    NumericAttribute(
+                        a.name, float(a.min), float(a.max), int(a.bins),  # type: ignore[arg-type]
+                        a.out_of_range or self.schema_.out_of_domain,
+                    )
+                )
+        return Domain(tuple(attrs))
+
+    def unit(self) -> UserLevel | WEvent:
+        p = self.privacy
+        if p.unit == "user-level":
+            return UserLevel(p.epsilon, p.horizon, p.cutoff)  # type: ignore[arg-type]
+        return WEvent(p.epsilon, p.w, p.cutoff)  # type: ignore[arg-type]
+
+    def method_spec(self) -> MethodSpec:
+        r, p = self.release, self.privacy
+        return MethodSpec(
+            decision=r.decision,
+            unit=self.unit(),
+            threshold=r.threshold,
+            population=p.population,
+            k=r.k,
+            svt_split=r.svt_split,
+            pid=PIDGains(**r.pid.model_dump()),
+            burn_in=r.burn_in,
+            sensitivity=p.contribution_bound,
+        )
+
+    def mechanism(self) -> Mechanism:
+        """The release mechanism (``release.mechanism``) over this domain."""
+        bound, conf = self.privacy.contribution_bound, self.release.confidence
+        if self.release.mechanism == "lpa":
+            if self.release.psd:
+                raise ConfigurationError("release.psd options are set but release.mechanism is lpa")
+            return LaplaceMechanism(bound, conf)
+        from histogram.psd import PSDMechanism  # imported lazily: optional heavy module
+
+        return PSDMechanism.from_options(self.domain().shape, sensitivity=bound, confidence=conf, options=self.release.psd)
+
+    def engine(self) -> Engine:
+        """Decision policy + mechanism, ready to step."""
+        return build_engine(self.method_spec(), self.mechanism(), self.domain().size)
+
+    def noise_source(self) -> Randomness:
+        """Secure randomness, or seeded when (and only when) the config allows it."""
+        seed = self.randomness.seed
+        return Randomness.secure() if seed is None else Randomness.seeded(seed)
+
+    def privacy_view(self) -> dict[str, Any]:
+        """Everything that changes what a release means or costs (JSON-ready)."""
+        s = self.stream
+        return {
+            "stream": {
+                "id": s.id,
+                "timestep": format_duration(s.timestep),
+                "origin": s.origin.isoformat(),
+                "start": None if s.start is None else s.start.isoformat(),
+            },
+            "domain": self.domain().describe(),
+            "privacy": self.privacy.model_dump(mode="json"),
+            "release": self.release.model_dump(mode="json"),
+            "schema_version": 1,
+        }
+
+    def fingerprint(self) -> str:
+        """SHA-256 of :meth:`privacy_view` in canonical JSON (hex)."""
+        canon = json.dumps(self.privacy_view(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()
+
+    def validate_all(self) -> Settings:
+        """Build the domain and the method once so every cross-field error surfaces now."""
+        try:
+            self.domain()
+            self.method_spec()
+            self.engine()
+        except (ConfigurationError, HistogramError) as exc:
+            raise ConfigError(f"invalid configuration: {exc}") from exc
+        return self
+
+
+def _format_errors(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "schema_") or "(top level)"
+        loc = loc.replace("schema_", "schema")
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown setting (check the spelling; see README 'Configuration')"
+        lines.append(f"  {loc}: {msg.removeprefix('Value error, ')}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Read, merge and validate settings.
+
+    Args:
+        path: YAML file (optional: everything can come from the environment).
+        overrides: highest-precedence values, as nested dicts by section.
+
+    Raises:
+        ConfigError: with one line per problem.
+    """
+    if path is not None and not Path(path).is_file():
+        raise ConfigError(f"configuration file {path} does not exist")
+
+    class _FromFile(Settings):
+        model_config = SettingsConfigDict(**{**Settings.model_config, "yaml_file": str(path) if path else None})
+
+    try:
+        settings = _FromFile(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc)) from None
+    except (ConfigurationError, ValueError) as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
+    return settings.validate_all()
