@@ -248,10 +248,9 @@ class WindowAccountant:
             raise InsufficientBudgetError(
                 self.remaining(timestep), entry.epsilon, f"extending {entry.purpose} to timestep {timestep}"
             )
-        self._advance(timestep)
-        idx = self._index(seq)
-        entry = replace(self.entries[idx], end=timestep)
+        entry = replace(entry, end=timestep)
         self.entries[idx] = entry
+        self._advance(timestep)  # prunes after the entry was stretched, so it stays live
         self.max_window_spend = max(self.max_window_spend, self._touching(timestep))
         return entry
 

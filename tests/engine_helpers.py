@@ -1,0 +1,36 @@
+"""Shared helpers for engine tests: small streams and engines for every method."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from controller.method import METHODS, MethodSpec, build_engine
+from controller.step import Engine
+from controller.units import UserLevel, WEvent
+from histogram.lpa import LaplaceMechanism
+
+BINS = 50
+POPULATION = 2_000
+
+
+def stream(timesteps: int, seed: int, bins: int = BINS, population: int = POPULATION) -> np.ndarray:
+    """A changing population: a base histogram with bursts of change."""
+    rng = np.random.default_rng(seed)
+    base = rng.multinomial(population, np.ones(bins) / bins)
+    out = []
+    for t in range(timesteps):
+        if t % 7 == 0:
+            base = rng.multinomial(population, rng.dirichlet(np.ones(bins)))
+        out.append(base.astype(np.int64))
+    return np.asarray(out)
+
+
+def all_engines(unit_kind: str) -> list[tuple[str, Engine]]:
+    unit = UserLevel(1, 40, 4) if unit_kind == "user-level" else WEvent(1, 8, 2)
+    out = []
+    for m in METHODS:
+        if m in ("bd", "ba") and unit_kind == "user-level":
+            continue
+        spec = MethodSpec(m, unit, population=POPULATION, threshold=0.05)
+        out.append((m, build_engine(spec, LaplaceMechanism(), BINS)))
+    return out
