@@ -55,30 +55,44 @@ def count_bins(flat_index: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(flat_index, minlength=size).astype(np.int64, copy=False)
 
 
+def _user_codes(user_ids: np.ndarray) -> np.ndarray:
+    """Integer codes identifying each row's person (ids themselves when already integers)."""
+    if user_ids.dtype.kind in "iu":
+        return user_ids.astype(np.int64, copy=False)
+    return np.unique(user_ids, return_inverse=True)[1].astype(np.int64, copy=False)
+
+
 def bound_contributions(
     user_ids: np.ndarray, flat_index: np.ndarray, order_key: np.ndarray | None = None
 ) -> np.ndarray:
     """Boolean mask keeping exactly one row per user (vectorised).
 
-    The kept row is the one with the smallest ``(order_key, flat_index)``; ties
-    on both are rows in the same bin, so which of them is kept does not change
-    the counts.
+    The kept row is the one with the smallest ``(order_key, flat_index)``; among
+    rows equal on both (same person, same time, same bin — the counts do not
+    depend on which) the first in input order. One sort by person, then
+    segment minima (``ufunc.reduceat``); integer ids skip the ``np.unique``.
     """
     n = len(user_ids)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    _, user_code = np.unique(np.asarray(user_ids), return_inverse=True)
-    keys: list[np.ndarray] = [flat_index]
+    codes = _user_codes(np.asarray(user_ids))
+    order = np.argsort(codes)
+    sorted_codes = codes[order]
+    boundary = np.empty(n, dtype=bool)
+    boundary[0] = True
+    np.not_equal(sorted_codes[1:], sorted_codes[:-1], out=boundary[1:])
+    starts = np.flatnonzero(boundary)
+    group = np.cumsum(boundary) - 1  # group number of each sorted row
+    candidate = np.ones(n, dtype=bool)
     if order_key is not None:
-        keys.append(np.asarray(order_key))
-    keys.append(user_code)
-    order = np.lexsort(keys)  # last key is primary: user, then order_key, then bin
-    sorted_users = user_code[order]
-    first = np.empty(n, dtype=bool)
-    first[0] = True
-    np.not_equal(sorted_users[1:], sorted_users[:-1], out=first[1:])
+        key = np.asarray(order_key)[order]
+        candidate &= key == np.minimum.reduceat(key, starts)[group]
+    bins = flat_index[order]
+    masked_bins = np.where(candidate, bins, np.iinfo(np.int64).max)
+    candidate &= bins == np.minimum.reduceat(masked_bins, starts)[group]
+    first = np.minimum.reduceat(np.where(candidate, order, n), starts)
     keep = np.zeros(n, dtype=bool)
-    keep[order[first]] = True
+    keep[first] = True
     return keep
 
 
