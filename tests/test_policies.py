@@ -7,6 +7,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controller.accountant import WindowAccountant
 from controller.method import MethodSpec, build_engine
@@ -228,3 +230,43 @@ def test_ba_nullifies_after_absorbing():
         kinds.append((rel.kind, drawer.draws))
     # a publication that absorbed k shares is followed by k-1 timesteps with no draws at all
     assert any(d == 0 for _, d in kinds[1:])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=st.sampled_from(range(len(CASES))),
+    seed=st.integers(0, 2**32 - 1),
+    change_every=st.integers(1, 9),
+    timesteps=st.integers(1, 70),
+    threshold=st.sampled_from([0.0, 0.01, 0.3, 2.0]),
+)
+def test_no_stream_makes_any_accountant_exceed_epsilon(case, seed, change_every, timesteps, threshold):
+    """Property: whatever the data, user-level totals and every w-window stay within ε.
+
+    The full ledger is rebuilt from the entries each step reports (the live
+    accountant forgets entries that left the window) and every window is
+    recomputed from scratch.
+    """
+    unit, name, _ = CASES[case]
+    spec_unit = UserLevel(1, 40, 4) if unit == "user-level" else WEvent(Fraction(1, 2), 5, 2)
+    engine = build_engine(
+        MethodSpec(name, spec_unit, population=POPULATION, threshold=threshold), LaplaceMechanism(), BINS
+    )
+    rng = np.random.default_rng(seed)
+    base = rng.multinomial(POPULATION, np.ones(BINS) / BINS)
+    state, history = engine.initial_state(), {}
+    rnd = Randomness.seeded(seed)
+    for t in range(timesteps):
+        if t % change_every == 0:
+            base = rng.multinomial(POPULATION, rng.dirichlet(np.ones(BINS)))
+        release, state = engine.step(state, base.astype(np.int64), rnd.drawer("p", t))
+        for e in release.ledger:
+            history[e.seq] = e
+    entries = list(history.values())
+    if unit == "user-level":
+        assert sum((e.epsilon for e in entries), Fraction(0)) <= spec_unit.epsilon
+        assert state.fresh_count <= spec_unit.cutoff or name == "uniform"
+    else:
+        for s in range(-spec_unit.w, timesteps + 1):
+            window = sum((e.epsilon for e in entries if e.start <= s + spec_unit.w - 1 and e.end >= s), Fraction(0))
+            assert window <= spec_unit.epsilon, (name, s, window)
