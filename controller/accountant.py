@@ -185,6 +185,7 @@ class WindowAccountant:
         self.spent_total = Fraction(spent_total)
         self.max_window_spend = Fraction(max_window_spend)
         self.last_timestep = int(last_timestep)
+        self._live_sum = sum((e.epsilon for e in self.entries), Fraction(0))
         if self.entries and self.window_spend(self.last_timestep) > self.epsilon:
             raise StateError("restored ledger already exceeds the window budget")
 
@@ -195,6 +196,11 @@ class WindowAccountant:
 
     def _touching(self, timestep: int) -> Fraction:
         lo = timestep - self.w + 1
+        if timestep >= self.last_timestep:
+            # every live entry starts at or before the last timestep seen, so it
+            # touches [lo, timestep] unless it ended before lo: subtract those
+            gone = sum((e.epsilon for e in self.entries if e.end < lo), Fraction(0))
+            return self._live_sum - gone
         return sum((e.epsilon for e in self.entries if e.end >= lo and e.start <= timestep), Fraction(0))
 
     def window_spend(self, timestep: int) -> Fraction:
@@ -212,7 +218,9 @@ class WindowAccountant:
             )
         self.last_timestep = timestep
         lo = timestep - self.w + 1
-        self.entries = [e for e in self.entries if e.end >= lo]
+        if any(e.end < lo for e in self.entries):
+            self.entries = [e for e in self.entries if e.end >= lo]
+            self._live_sum = sum((e.epsilon for e in self.entries), Fraction(0))
 
     def can_spend(self, timestep: int, epsilon: Fraction) -> bool:
         return self._touching(timestep) + _check_amount(epsilon) <= self.epsilon
@@ -227,6 +235,7 @@ class WindowAccountant:
         entry = LedgerEntry(self.next_seq, timestep, timestep, eps, purpose)
         self.next_seq += 1
         self.entries.append(entry)
+        self._live_sum += eps
         self.spent_total += eps
         self.max_window_spend = max(self.max_window_spend, used + eps)
         return entry
