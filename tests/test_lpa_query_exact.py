@@ -101,3 +101,20 @@ def test_float_sums_would_be_wrong_but_fractions_are_exact():
 def test_to_fraction_rejects_non_numbers(bad):
     with pytest.raises(ValueError):
         to_fraction(bad)
+
+
+def test_l1_distance_is_exact_and_has_integer_sensitivity():
+    from histogram.distance import l1_distance
+
+    rng = np.random.default_rng(11)
+    release = rng.normal(50, 20, 5000)  # a float (PSD-like) release
+    h = rng.poisson(50, 5000).astype(np.int64)
+    for _ in range(200):
+        h2 = h.copy()
+        b = rng.integers(0, 5000)
+        h2[b] += 1 if h2[b] == 0 or rng.random() < 0.5 else -1
+        assert abs(l1_distance(h, release) - l1_distance(h2, release)) <= 1
+    ints = rng.integers(-5, 100, 5000)
+    assert l1_distance(h, ints) == int(np.abs(h - ints).sum())
+    assert l1_distance(np.array([0, 0]), np.array([0.25, 0.5])) == 0
+    assert l1_distance(np.array([0, 0]), np.array([0.75, 0.5])) == 1
