@@ -43,6 +43,8 @@ class MethodSpec:
         pid: DSAT's controller gains.
         burn_in: DSAT's M.
         sensitivity: per-person per-timestep contribution bound Δ.
+        noise_floor: add the last release's expected L1 noise (public) to the
+            threshold, so T measures change in the data rather than noise.
     """
 
     decision: str
@@ -54,6 +56,7 @@ class MethodSpec:
     pid: PIDGains = field(default_factory=PIDGains)
     burn_in: int = 0
     sensitivity: int = 1
+    noise_floor: bool = False
 
     def __post_init__(self) -> None:
         if self.decision not in METHODS:
@@ -130,6 +133,7 @@ def build_policy(spec: MethodSpec, bins: int) -> DecisionPolicy:
         adaptive,
         pid,
         spec.burn_in,
+        spec.noise_floor,
     )
 
 

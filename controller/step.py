@@ -190,7 +190,9 @@ class Engine:
         t = state.timestep
         acct = state.accountant.copy()
         before = {e.seq: e for e in acct.entries}
-        ctx = DecisionContext(t, counts, state.last.counts, state.fresh_count, acct, noise, self.mechanism)
+        ctx = DecisionContext(
+            t, counts, state.last.counts, state.fresh_count, acct, noise, self.mechanism, state.last.epsilon
+        )
         decision, policy_state = self.policy.decide(state.policy, ctx)
         last, fresh_count, details = state.last, state.fresh_count, {}
         if decision.fresh:

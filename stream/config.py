@@ -226,6 +226,7 @@ class ReleaseSection(_Section):
     k: Exact | None = None
     svt_split: Literal["lyu", "even"] = "lyu"
     burn_in: int = 0
+    noise_floor: bool = False
     pid: PIDSection = Field(default_factory=PIDSection)
     confidence: float = 0.95
     psd: dict[str, Any] = Field(default_factory=dict)
@@ -289,6 +290,8 @@ class KafkaSection(_Section):
     heartbeat_interval_ms: int = 3_000
     request_timeout_ms: int = 30_000
     transaction_timeout_ms: int = 60_000
+    max_request_size: int = Field(default=1_048_576, ge=1024)
+    startup_tail_records: int = Field(default=1000, ge=1)
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_plain_username: str | None = None
@@ -307,6 +310,17 @@ class ServiceSection(_Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     max_message_bytes: int = 1_048_576
     max_events_per_message: int = 10_000
+    commit_interval: Duration = timedelta(seconds=1)
+    poll_timeout: Duration = timedelta(milliseconds=200)
+    shutdown_timeout: Duration = timedelta(seconds=30)
+    max_buffered_records: int = Field(default=10_000, ge=1)
+
+    @field_validator("commit_interval", "poll_timeout", "shutdown_timeout")
+    @classmethod
+    def _positive_service_duration(cls, v: timedelta) -> timedelta:
+        if v <= timedelta(0):
+            raise ValueError("must be > 0")
+        return v
 
 
 class Settings(BaseSettings):
@@ -381,6 +395,7 @@ class Settings(BaseSettings):
             pid=PIDGains(**r.pid.model_dump()),
             burn_in=r.burn_in,
             sensitivity=p.contribution_bound,
+            noise_floor=r.noise_floor,
         )
 
     def mechanism(self) -> Mechanism:

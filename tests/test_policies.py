@@ -270,3 +270,24 @@ def test_no_stream_makes_any_accountant_exceed_epsilon(case, seed, change_every,
         for s in range(-spec_unit.w, timesteps + 1):
             window = sum((e.epsilon for e in entries if e.start <= s + spec_unit.w - 1 and e.end >= s), Fraction(0))
             assert window <= spec_unit.epsilon, (name, s, window)
+
+
+def test_noise_floor_offset_stops_firing_on_noise_alone():
+    """Against a static population the distance to a noisy release is pure noise.
+
+    Without the offset a small threshold fires at every query until C is used
+    up; with the (public) expected-noise offset it stays quiet, and it still
+    fires on a real change.
+    """
+    static = np.tile(stream(1, seed=14)[0], (12, 1))
+    changed = static.copy()
+    changed[8:] = np.roll(static[0], 7)  # a real change at t = 8
+    # T·n = 300 counts; the noise floor here is ~440 counts (50 bins, E|Z| ≈ 8.8)
+    plain, _ = run(user_engine("dsft", threshold=0.15, horizon=100, cutoff=6), static)
+    assert sum(r.kind == "fresh" for r in plain) == 6
+    floor = user_engine("dsft", threshold=0.15, horizon=100, cutoff=6, noise_floor=True)
+    for seed in range(5):
+        quiet, _ = run(floor, static, seed=seed)
+        assert [r.kind for r in quiet].count("fresh") == 1  # only the first timestep
+        moved, _ = run(floor, changed, seed=seed)
+        assert moved[8].kind == "fresh"

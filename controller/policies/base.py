@@ -47,6 +47,7 @@ class DecisionContext:
         timestep: 0-based index of this timestep in the stream.
         counts: the true histogram (private: read only through charged noise).
         last_counts: the last release's counts (public).
+        last_epsilon: the ε of the fresh release behind ``last_counts`` (public; 0 before any).
         fresh_count: fresh releases published so far (public).
         accountant: the working accountant; charge before drawing.
         noise: this timestep's noise drawer.
@@ -60,6 +61,7 @@ class DecisionContext:
     accountant: Accountant
     noise: NoiseDrawer
     mechanism: Mechanism
+    last_epsilon: Fraction = Fraction(0)
 
     @property
     def bins(self) -> int:

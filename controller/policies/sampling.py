@@ -30,6 +30,7 @@ every charge before any noise is drawn (``docs/privacy.md`` §4).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -98,6 +99,17 @@ def _threshold_counts(threshold: float, population: int) -> Fraction:
     return Fraction(repr(float(threshold))) * population
 
 
+def _noise_floor(ctx: DecisionContext) -> int:
+    """Expected L1 distance between a release and the histogram it was drawn from.
+
+    ``U × E|noise per bin|`` at the last release's ε: a function of public
+    parameters only, so adding it to the public threshold costs nothing.
+    """
+    if ctx.last_epsilon <= 0:
+        return 0
+    return math.ceil(ctx.mechanism.expected_abs_error(ctx.last_epsilon, ctx.bins) * ctx.bins)
+
+
 def _noisy_above(
     ctx: DecisionContext, calibration: SVTCalibration, rho: int, threshold_counts: Fraction
 ) -> bool:
@@ -134,6 +146,7 @@ class DistanceSamplingPolicy:
     adaptive: bool = False
     pid: PIDController = field(default_factory=PIDController)
     burn_in: int = 0
+    noise_floor: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.unit, UserLevel):
@@ -207,9 +220,10 @@ class DistanceSamplingPolicy:
             instance = SVTInstance(rho, entry.seq)
         else:
             ctx.accountant.extend(instance.seq, t)
-        above = _noisy_above(
-            ctx, calibration, instance.rho, _threshold_counts(self.public_threshold(state), self.population)
-        )
+        threshold = _threshold_counts(self.public_threshold(state), self.population)
+        if self.noise_floor:
+            threshold += _noise_floor(ctx)
+        above = _noisy_above(ctx, calibration, instance.rho, threshold)
         state = replace(state, queries=state.queries + 1)
         if above:
             instance = replace(instance, positives=instance.positives + 1)
@@ -240,6 +254,7 @@ class DistanceSamplingPolicy:
             "threshold_noise_scale": None if cal is None else str(cal.threshold_scale),
             "query_noise_scale": None if cal is None else str(cal.query_scale),
             "burn_in": self.burn_in if self.adaptive else None,
+            "noise_floor": self.noise_floor,
             "pid": None if not self.adaptive else vars(self.pid.gains),
         }
 
@@ -257,6 +272,7 @@ class WEventSamplingPolicy:
     adaptive: bool = True
     pid: PIDController = field(default_factory=PIDController)
     burn_in: int = 0
+    noise_floor: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.unit, WEvent):
@@ -333,7 +349,10 @@ class WEventSamplingPolicy:
             instance = SVTInstance(int(ctx.noise.discrete_laplace(calibration.threshold_scale)), entry.seq)
         assert instance is not None
         public = state.pid.threshold if (self.adaptive and state.pid is not None) else self.threshold
-        above = _noisy_above(ctx, calibration, instance.rho, _threshold_counts(public, self.population))
+        threshold = _threshold_counts(public, self.population)
+        if self.noise_floor:
+            threshold += _noise_floor(ctx)
+        above = _noisy_above(ctx, calibration, instance.rho, threshold)
         state = replace(state, queries=state.queries + 1)
         if above:  # AboveThreshold halts: the next query starts a new instance
             return fresh(self.per_release, "distance above threshold"), replace(state, instance=None)
@@ -364,5 +383,6 @@ class WEventSamplingPolicy:
             "threshold_noise_scale": str(cal.threshold_scale),
             "query_noise_scale": str(cal.query_scale),
             "burn_in": self.burn_in if self.adaptive else None,
+            "noise_floor": self.noise_floor,
             "pid": None if not self.adaptive else vars(self.pid.gains),
         }
