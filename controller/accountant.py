@@ -52,15 +52,26 @@ class LedgerEntry:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LedgerEntry:
         try:
-            return cls(
+            entry = cls(
                 int(data["seq"]),
                 int(data["start"]),
                 int(data["end"]),
                 Fraction(str(data["epsilon"])),
                 str(data["purpose"]),
             )
-        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise StateError(f"malformed ledger entry {data!r}: {exc}") from exc
+        if entry.epsilon <= 0 or entry.start > entry.end or entry.seq < 0:
+            raise StateError(f"invalid ledger entry {data!r}: ε must be > 0, start <= end and seq >= 0")
+        return entry
+
+
+def _check_entries(entries: tuple[LedgerEntry, ...] | list[LedgerEntry]) -> None:
+    seqs = [e.seq for e in entries]
+    if len(set(seqs)) != len(seqs):
+        raise StateError("ledger has repeated entry numbers: refusing a tampered or corrupted ledger")
+    if any(e.epsilon <= 0 or e.start > e.end for e in entries):
+        raise StateError("ledger has an entry with ε <= 0 or start > end")
 
 
 def _check_amount(epsilon: Fraction) -> Fraction:
@@ -84,6 +95,7 @@ class UserLevelAccountant:
 
     def __init__(self, epsilon: Fraction, entries: tuple[LedgerEntry, ...] = ()) -> None:
         self.epsilon = Fraction(epsilon)
+        _check_entries(entries)
         self.entries: list[LedgerEntry] = list(entries)
         self._spent = sum((e.epsilon for e in self.entries), Fraction(0))
         if self._spent > self.epsilon:
@@ -144,8 +156,11 @@ class UserLevelAccountant:
     def restore(cls, data: dict[str, Any]) -> UserLevelAccountant:
         if data.get("kind") != cls.kind:
             raise StateError(f"expected a {cls.kind} accountant snapshot, got {data.get('kind')!r}")
-        entries = tuple(LedgerEntry.from_json(e) for e in data.get("entries", []))
-        return cls(Fraction(str(data["epsilon"])), entries)
+        try:
+            entries = tuple(LedgerEntry.from_json(e) for e in data.get("entries", []))
+            return cls(Fraction(str(data["epsilon"])), entries)
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+            raise StateError(f"malformed user-level accountant snapshot: {exc}") from exc
 
 
 class WindowAccountant:
@@ -180,12 +195,15 @@ class WindowAccountant:
             raise ValueError(f"w must be >= 1, got {w}")
         self.epsilon = Fraction(epsilon)
         self.w = int(w)
+        _check_entries(entries)
         self.entries: list[LedgerEntry] = list(entries)
         self.next_seq = max(next_seq, max((e.seq + 1 for e in self.entries), default=0))
         self.spent_total = Fraction(spent_total)
         self.max_window_spend = Fraction(max_window_spend)
         self.last_timestep = int(last_timestep)
         self._live_sum = sum((e.epsilon for e in self.entries), Fraction(0))
+        if self.spent_total < self._live_sum or any(e.end > self.last_timestep for e in self.entries):
+            raise StateError("w-event ledger is inconsistent: totals below the live entries, or entries after its last timestep")
         if self.entries and self.window_spend(self.last_timestep) > self.epsilon:
             raise StateError("restored ledger already exceeds the window budget")
 
@@ -306,7 +324,7 @@ class WindowAccountant:
                 max_window_spend=Fraction(str(data["max_window_spend"])),
                 last_timestep=int(data["last_timestep"]),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise StateError(f"malformed w-event accountant snapshot: {exc}") from exc
 
 

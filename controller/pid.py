@@ -114,12 +114,25 @@ class PIDController:
         """The current public threshold."""
         return state.threshold
 
-    def update(self, state: PIDState, *, fresh_so_far: int, timestep: int, target_rate: float) -> PIDState:
-        """One controller step at 1-based ``timestep`` given ``fresh_so_far`` releases."""
+    def update(
+        self,
+        state: PIDState,
+        *,
+        fresh_so_far: int,
+        timestep: int,
+        target_rate: float,
+        rate_over: int | None = None,
+    ) -> PIDState:
+        """One controller step at 1-based ``timestep`` given ``fresh_so_far`` releases.
+
+        ``rate_over`` is the number of timesteps the rate is measured over
+        (default ``timestep``; w-event mode passes ``min(timestep, w)`` with
+        the window's count). The derivative term always uses real times.
+        """
         if timestep < 1:
             raise ValueError("timestep is 1-based")
         g = self.gains
-        rate = fresh_so_far / timestep
+        rate = fresh_so_far / (timestep if rate_over is None else max(1, rate_over))
         feedback = abs(rate - target_rate)
         e = abs(feedback - g.delta) / g.delta
         errors = (state.errors + (e,))[-g.integral_window :]

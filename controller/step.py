@@ -23,6 +23,7 @@ Array payloads are stored as base64 of zlib-compressed little-endian bytes.
 from __future__ import annotations
 
 import base64
+import json
 import zlib
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -196,7 +197,9 @@ class Engine:
         decision, policy_state = self.policy.decide(state.policy, ctx)
         last, fresh_count, details = state.last, state.fresh_count, {}
         if decision.fresh:
-            acct.spend(t, decision.epsilon, "publication")  # raises (nothing drawn) if over budget
+            # Policies check can_spend before answering fresh; a failure here is a policy bug
+            # and raises before any release noise is drawn (nothing is published for t).
+            acct.spend(t, decision.epsilon, "publication")
             noisy = self.mechanism.release(counts, decision.epsilon, noise)
             last = LastRelease(noisy.counts, noisy.half_width, noisy.confidence, t, decision.epsilon)
             fresh_count += 1
@@ -223,12 +226,24 @@ class Engine:
         return release, EngineState(t + 1, fresh_count, acct, policy_state, last)
 
     # -- snapshots -------------------------------------------------------------
+    def parameters(self) -> dict[str, Any]:
+        """Public parameters a snapshot must match: unit, budget, method, mechanism."""
+        return json.loads(
+            json.dumps(
+                {"unit": self.policy.unit.describe(), "policy": self.policy.describe(),
+                 "mechanism": self.mechanism.name, "sensitivity": self.mechanism.sensitivity},
+                sort_keys=True,
+                default=str,
+            )
+        )
+
     def snapshot(self, state: EngineState) -> dict[str, Any]:
         """JSON-ready snapshot of ``state`` (secret: contains threshold noise)."""
         return {
             "version": STATE_VERSION,
             "method": self.method,
             "bins": self.bins,
+            "parameters": self.parameters(),
             "timestep": state.timestep,
             "fresh_count": state.fresh_count,
             "accountant": state.accountant.snapshot(),
@@ -245,15 +260,29 @@ class Engine:
                 f"snapshot is for method {data.get('method')!r} with {data.get('bins')} bins, "
                 f"this engine runs {self.method!r} with {self.bins} bins: refusing to mix them"
             )
-        accountant = restore_accountant(data["accountant"])
-        fresh_acct = self.policy.new_accountant()
-        if type(accountant) is not type(fresh_acct) or accountant.epsilon != fresh_acct.epsilon:
-            raise StateError("snapshot's accountant does not match this engine's privacy unit and ε")
-        last = LastRelease.from_json(data["last"])
-        if last.counts.size != self.bins:
-            raise StateError("snapshot's last release has the wrong number of bins")
+        if data.get("parameters") != self.parameters():
+            raise StateError(
+                "snapshot was taken under different privacy parameters (unit, ε, N, C, w, method "
+                "parameters or mechanism): refusing to continue it; start a new stream id instead"
+            )
         try:
+            accountant = restore_accountant(data["accountant"])
+            fresh_acct = self.policy.new_accountant()
+            if type(accountant) is not type(fresh_acct) or accountant.epsilon != fresh_acct.epsilon:
+                raise StateError("snapshot's accountant does not match this engine's privacy unit and ε")
+            if isinstance(accountant, WindowAccountant) and accountant.w != fresh_acct.w:  # type: ignore[union-attr]
+                raise StateError(f"snapshot's window is w={accountant.w}, this engine's is w={fresh_acct.w}")  # type: ignore[union-attr]
+            last = LastRelease.from_json(data["last"])
+            if last.counts.size != self.bins:
+                raise StateError("snapshot's last release has the wrong number of bins")
             timestep, fresh_count = int(data["timestep"]), int(data["fresh_count"])
-        except (KeyError, TypeError, ValueError) as exc:
+            if timestep < 0 or not 0 <= fresh_count <= timestep:
+                raise StateError(f"snapshot has timestep {timestep} with {fresh_count} fresh releases")
+            if any(e.end >= timestep for e in accountant.entries):
+                raise StateError("snapshot's ledger has charges at or after its own next timestep")
+            policy_state = self.policy.state_from_json(data["policy"])
+        except StateError:
+            raise
+        except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
             raise StateError(f"malformed engine snapshot: {exc}") from exc
-        return EngineState(timestep, fresh_count, accountant, self.policy.state_from_json(data["policy"]), last)
+        return EngineState(timestep, fresh_count, accountant, policy_state, last)

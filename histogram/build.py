@@ -1,8 +1,8 @@
 """Building the true histogram of one timestep, with contribution bounding.
 
 Contribution bounding happens before counting: each person keeps at most one
-record per timestep, so adding or removing a person changes the histogram of a
-timestep by at most 1 in one bin (L1 sensitivity Δ = 1 per timestep). The
+record per timestep (Δ records with ``per_person = Δ``), so adding or removing a person
+changes the histogram of a timestep by at most Δ in L1 norm. The
 record kept is chosen deterministically and independently of arrival order:
 the one with the smallest ``(order_key, bin index)``, where ``order_key`` is
 normally the event time. Replaying the same events in any order gives the same
@@ -63,9 +63,16 @@ def _user_codes(user_ids: np.ndarray) -> np.ndarray:
 
 
 def bound_contributions(
-    user_ids: np.ndarray, flat_index: np.ndarray, order_key: np.ndarray | None = None
+    user_ids: np.ndarray,
+    flat_index: np.ndarray,
+    order_key: np.ndarray | None = None,
+    per_person: int = 1,
 ) -> np.ndarray:
-    """Boolean mask keeping exactly one row per user (vectorised).
+    """Boolean mask keeping at most ``per_person`` rows per user (vectorised).
+
+    With ``per_person > 1`` the kept rows are each person's ``per_person``
+    smallest ``(order_key, flat_index)`` rows (ties broken by input order).
+    With ``per_person == 1``: exactly one row per user, as follows.
 
     The kept row is the one with the smallest ``(order_key, flat_index)``; among
     rows equal on both (same person, same time, same bin — the counts do not
@@ -73,9 +80,26 @@ def bound_contributions(
     segment minima (``ufunc.reduceat``); integer ids skip the ``np.unique``.
     """
     n = len(user_ids)
+    if per_person < 1:
+        raise DomainError(f"per_person must be >= 1, got {per_person}")
     if n == 0:
         return np.zeros(0, dtype=bool)
     codes = _user_codes(np.asarray(user_ids))
+    if per_person > 1:
+        keys = [np.arange(n), flat_index]
+        if order_key is not None:
+            keys.append(np.asarray(order_key))
+        keys.append(codes)
+        order = np.lexsort(keys)  # person, then time, then bin, then input order
+        sorted_codes = codes[order]
+        boundary = np.empty(n, dtype=bool)
+        boundary[0] = True
+        np.not_equal(sorted_codes[1:], sorted_codes[:-1], out=boundary[1:])
+        starts = np.flatnonzero(boundary)
+        rank = np.arange(n) - starts[np.cumsum(boundary) - 1]
+        keep = np.zeros(n, dtype=bool)
+        keep[order[rank < per_person]] = True
+        return keep
     order = np.argsort(codes)
     sorted_codes = codes[order]
     boundary = np.empty(n, dtype=bool)
@@ -103,6 +127,7 @@ def build_histogram(
     user_ids: Sequence[object] | np.ndarray | None = None,
     order_key: Sequence[object] | np.ndarray | None = None,
     codes: bool | Mapping[str, bool] = False,
+    per_person: int = 1,
 ) -> BuiltHistogram:
     """Count the rows of one timestep over ``domain`` (vectorised).
 
@@ -115,6 +140,7 @@ def build_histogram(
         order_key: tie-breaker for which row of a person is kept (event time).
         codes: columns hold bin codes instead of raw values (see
             :meth:`Domain.encode`).
+        per_person: the contribution bound Δ: rows kept per person.
     """
     enc = domain.encode(columns, codes=codes)
     rows = len(enc.index)
@@ -126,7 +152,7 @@ def build_histogram(
         if len(uids) != rows:
             raise DomainError(f"user_ids has {len(uids)} rows but the columns have {rows}")
         okey = None if order_key is None else np.asarray(order_key)[enc.valid]
-        keep = bound_contributions(uids[enc.valid], valid_idx, okey)
+        keep = bound_contributions(uids[enc.valid], valid_idx, okey, per_person)
         bounded_out = int(len(valid_idx) - keep.sum())
         valid_idx = valid_idx[keep]
     return BuiltHistogram(count_bins(valid_idx, domain.size), rows, rejected, bounded_out)

@@ -20,9 +20,9 @@ floating-point low bits to leak (Mironov, CCS 2012). It is sampled as the
 difference of two geometric variables, each ``floor(b · E)`` with ``E`` a
 standard exponential (``P(floor(bE) >= k) = exp(-k/b)`` exactly in real
 arithmetic). The exponential is computed in double precision, so the pmf is
-reproduced to within about 2⁻⁵³ relative error per value and the tail is cut
-where ``exp(-k/b)`` drops below ~2⁻⁶⁴; ``docs/privacy.md`` turns that into a
-δ and shows it is negligible.
+only reproduced approximately, and not at all in the far tail;
+``docs/privacy.md`` §2.2 states the resulting (ε, δ) claim (δ ≤ m·2⁻⁴⁰ for m
+draws) and what backs it.
 """
 
 from __future__ import annotations

@@ -120,3 +120,16 @@ def test_rejected_rows_do_not_displace_a_persons_valid_row():
 
 def test_bound_contributions_handles_empty_input():
     assert bound_contributions(np.array([]), np.array([], dtype=np.int64)).size == 0
+
+
+def test_contribution_bound_above_one_keeps_the_earliest_rows():
+    d = Domain((NumericAttribute("x", 0, 10, 10),))
+    users = np.array(["p", "p", "p", "q"])
+    h = build_histogram(d, {"x": [1, 2, 3, 4]}, user_ids=users, order_key=[3.0, 1.0, 2.0, 0.0], per_person=2)
+    assert h.counts.tolist() == [0, 0, 1, 1, 1, 0, 0, 0, 0, 0]  # p keeps x=2 (t=1) and x=3 (t=2)
+    assert h.bounded_out == 1
+    rng = np.random.default_rng(1)
+    for k in (1, 2, 5):
+        u = rng.integers(0, 50, 2000)
+        hk = build_histogram(d, {"x": rng.uniform(0, 10, 2000)}, user_ids=u, order_key=rng.uniform(0, 1, 2000), per_person=k)
+        assert hk.counts.sum() == sum(min(k, c) for c in np.bincount(u))

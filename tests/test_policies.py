@@ -291,3 +291,36 @@ def test_noise_floor_offset_stops_firing_on_noise_alone():
         assert [r.kind for r in quiet].count("fresh") == 1  # only the first timestep
         moved, _ = run(floor, changed, seed=seed)
         assert moved[8].kind == "fresh"
+
+
+def test_restore_refuses_other_parameters_and_tampered_ledgers():
+    from controller.errors import StateError
+
+    e2 = build_engine(MethodSpec("fixed", WEvent(1, 2, 1)), LaplaceMechanism(), BINS)
+    e10 = build_engine(MethodSpec("fixed", WEvent(1, 10, 1)), LaplaceMechanism(), BINS)
+    _, st = run(e2, stream(6, seed=15))
+    with pytest.raises(StateError, match="different privacy parameters"):
+        e10.restore(json.loads(json.dumps(e2.snapshot(st))))
+    eu = user_engine("uniform", horizon=4, cutoff=2)
+    _, st = run(eu, stream(4, seed=16))
+    snap = json.loads(json.dumps(eu.snapshot(st)))
+    snap["accountant"]["entries"].append({"seq": 99, "start": 3, "end": 3, "epsilon": "-1", "purpose": "publication"})
+    with pytest.raises(StateError):
+        eu.restore(snap)
+    snap = json.loads(json.dumps(eu.snapshot(st)))
+    snap["timestep"] = 0
+    with pytest.raises(StateError):
+        eu.restore(snap)
+    for mangle in (lambda d: d["accountant"].pop("epsilon"), lambda d: d["accountant"].update(epsilon="1/0")):
+        snap = json.loads(json.dumps(eu.snapshot(st)))
+        mangle(snap)
+        with pytest.raises(StateError):
+            eu.restore(snap)
+
+
+def test_w_event_pid_derivative_uses_real_time():
+    spec = MethodSpec("dsat", WEvent(1, 5, 2), population=POPULATION, threshold=1.0,
+                      pid=PIDGains(theta_p=0.0, theta_d=1.0), k=Fraction(1, 2))
+    engine = build_engine(spec, LaplaceMechanism(), BINS)
+    _, state = run(engine, stream(30, seed=17))
+    assert state.policy.pid.last_sample_time > 5  # real 1-based times, not capped at w

@@ -57,7 +57,7 @@ class KellarisState:
                 int(data.get("last_publication", -1)),
                 int(data.get("nullified", 0)),
             )
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, ArithmeticError) as exc:
             raise StateError(f"malformed BD/BA state: {exc}") from exc
 
 

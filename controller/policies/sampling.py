@@ -327,7 +327,11 @@ class WEventSamplingPolicy:
             state = replace(
                 state,
                 pid=self.pid.update(
-                    state.pid, fresh_so_far=in_window, timestep=min(t + 1, w), target_rate=cutoff / w
+                    state.pid,
+                    fresh_so_far=in_window,
+                    timestep=t + 1,
+                    target_rate=cutoff / w,
+                    rate_over=min(t + 1, w),
                 ),
             )
         if in_window >= cutoff:
@@ -361,7 +365,7 @@ class WEventSamplingPolicy:
     def on_fresh(self, state: SamplingState, timestep: int) -> SamplingState:
         state = replace(state, recent_fresh=self._window_fresh(state, timestep) + (timestep,))
         if self.adaptive and state.pid is not None:
-            state = replace(state, pid=self.pid.sampled(state.pid, min(timestep + 1, self.unit.w)))
+            state = replace(state, pid=self.pid.sampled(state.pid, timestep + 1))
         return state
 
     def state_to_json(self, state: SamplingState) -> dict[str, Any]:
