@@ -1,0 +1,29 @@
+"""The ``dpstream`` subcommands, one module each.
+
+Each module ``stream/commands/<name>.py`` exposes ``register(subparsers)``,
+which adds its parser and sets ``handler`` (a function ``args -> exit
+status``) with ``set_defaults``; :data:`stream.cli.COMMAND_MODULES` lists the
+modules. Command modules import their heavy dependencies inside the handler
+so ``dpstream --help`` stays fast.
+
+Exit status convention: 0 success; 2 bad arguments, configuration or input
+(with a one-line message, never a traceback); 1 anything else that stopped
+the command (also with a message); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CommandError", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED"]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class CommandError(Exception):
+    """A command failed for a reason the user can fix; ``str(exc)`` is the message."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

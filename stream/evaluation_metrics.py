@@ -1,0 +1,289 @@
+"""Error metrics, query workloads and confidence intervals for ``dpstream evaluate``.
+
+Everything here is post-processing of releases against the true histograms
+(which only the evaluation, never the service, sees). Metrics follow the
+thesis (§4.5.1–4.5.2):
+
+* absolute error of a count (or a range-count answer) ``|R − H|``;
+* relative error with the sanity bound ``s``: ``|R − H| / max(s, H)``
+  (thesis §4.5.2, ``s = 1`` by default);
+* averages are over every timestep and every bin (or query): the thesis's
+  ``E^a = 1/(M·N) Σ_k Σ_i |Ã_i^k − A_i^k|``.
+
+Query workloads are public: random range-count queries drawn with the
+evaluation's own seeded generator (thesis: "a random interval on each
+attribute"), or queries of a given size (Fig. 4.7: "the product of the query
+ranges on each dimension equals the given size", approximately here).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from histogram.query import RangeQueries, random_range_queries
+
+__all__ = [
+    "QueryIndex",
+    "Workload",
+    "ErrorAccumulator",
+    "sized_range_queries",
+    "t_interval",
+    "summarise",
+]
+
+
+def sized_range_queries(
+    shape: tuple[int, ...], size: int, m: int, rng: np.random.Generator
+) -> RangeQueries:
+    """``m`` random range queries each covering about ``size`` bins.
+
+    Each query's side lengths are drawn so that their product is close to
+    ``size``: the dimensions are visited in random order, each takes a side
+    length that spreads the remaining log-size over the remaining dimensions
+    (with random jitter), capped by the dimension's number of bins; the last
+    dimension takes what is left. Positions are uniform where the side fits.
+    """
+    d = len(shape)
+    total = int(np.prod(shape))
+    if not 1 <= size <= total:
+        raise ValueError(f"query size must lie in [1, {total}], got {size}")
+    dims = np.asarray(shape, dtype=np.int64)
+    lengths = np.ones((m, d), dtype=np.int64)
+    for q in range(m):
+        order = rng.permutation(d)
+        remaining = float(size)
+        for pos, a in enumerate(order):
+            left = d - pos
+            cap = int(dims[a])
+            if left == 1:
+                want = remaining
+            else:
+                share = math.log(max(remaining, 1.0)) / left
+                want = math.exp(share * rng.uniform(0.3, 1.7))
+            length = int(min(cap, max(1, round(want))))
+            lengths[q, a] = length
+            remaining = max(1.0, remaining / length)
+        # a second pass grows sides to absorb what capped dimensions left over
+        for a in rng.permutation(d):
+            if remaining <= 1.0:
+                break
+            grow = min(int(dims[a]) // lengths[q, a], max(1, round(remaining)))
+            if grow > 1:
+                new = min(int(dims[a]), lengths[q, a] * grow)
+                remaining = max(1.0, remaining * lengths[q, a] / new)
+                lengths[q, a] = new
+    lo = (rng.random((m, d)) * (dims - lengths + 1)).astype(np.int64)
+    return RangeQueries(lo, lo + lengths - 1)
+
+
+def _prefix_sums(table: np.ndarray) -> None:
+    """In-place inclusive prefix sums along every axis (short axes by slice adds: faster)."""
+    for axis, n in enumerate(table.shape):
+        if n > 64:
+            np.cumsum(table, axis=axis, out=table)
+            continue
+        view = np.moveaxis(table, axis, 0)
+        for i in range(1, n):
+            view[i] += view[i - 1]
+
+
+@dataclass(frozen=True)
+class QueryIndex:
+    """Range queries compiled for repeated answering (the same answers as
+    :func:`histogram.query.answer_range_queries`, computed faster).
+
+    The ``2^d`` inclusion–exclusion corners of every query are turned into flat
+    indices into the prefix-sum table once; each histogram then costs one
+    prefix-sum pass and one gather.
+    """
+
+    queries: RangeQueries
+    shape: tuple[int, ...]
+    corners: np.ndarray = field(repr=False)
+    signs: np.ndarray = field(repr=False)
+
+    @classmethod
+    def compile(cls, queries: RangeQueries, shape: Sequence[int]) -> QueryIndex:
+        shape = tuple(int(s) for s in shape)
+        d = len(shape)
+        if queries.lo.shape[1] != d:
+            raise ValueError(f"queries have {queries.lo.shape[1]} attributes, the domain {d}")
+        padded = tuple(s + 1 for s in shape)
+        combos = list(itertools.product((0, 1), repeat=d))
+        corners = np.empty((queries.lo.shape[0], len(combos)), dtype=np.int64)
+        signs = np.empty(len(combos), dtype=np.float64)
+        for c, bits in enumerate(combos):
+            coords = tuple(
+                queries.hi[:, a] + 1 if bit else queries.lo[:, a] for a, bit in enumerate(bits)
+            )
+            corners[:, c] = np.ravel_multi_index(coords, padded)
+            signs[c] = -1.0 if (d - sum(bits)) % 2 else 1.0
+        return cls(queries, shape, corners, signs)
+
+    def answer(self, counts: np.ndarray) -> np.ndarray:
+        """Answers (float64) on one flattened histogram."""
+        table = np.zeros(tuple(s + 1 for s in self.shape), dtype=np.float64)
+        table[tuple(slice(1, None) for _ in self.shape)] = np.asarray(counts).reshape(self.shape)
+        _prefix_sums(table)
+        return table.ravel()[self.corners] @ self.signs
+
+    def answer_many(self, counts: np.ndarray) -> np.ndarray:
+        """Answers for a ``(T, U)`` stack: ``(T, M)``."""
+        return np.stack([self.answer(row) for row in np.asarray(counts)]) if len(counts) else np.zeros(
+            (0, self.corners.shape[0])
+        )
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The true histograms and what the errors are measured on.
+
+    Attributes:
+        truth: ``(T, U)`` int64 true counts, one row per timestep.
+        shape: the domain's shape (for range queries).
+        queries: the range-count workload, compiled (``None`` when ``M = 0``).
+        truth_answers: ``(T, M)`` true answers of the workload.
+        sanity: the relative-error sanity bound ``s``.
+    """
+
+    truth: np.ndarray
+    shape: tuple[int, ...]
+    queries: QueryIndex | None
+    truth_answers: np.ndarray | None
+    sanity: float = 1.0
+
+    @classmethod
+    def build(
+        cls,
+        truth: np.ndarray,
+        shape: Sequence[int],
+        *,
+        queries: int,
+        seed: int,
+        sanity: float = 1.0,
+        query_size: int | None = None,
+    ) -> Workload:
+        truth = np.asarray(truth)
+        if truth.ndim != 2 or truth.dtype.kind not in "iu":
+            raise ValueError("true histograms must be a (timesteps, bins) integer array")
+        shape = tuple(int(s) for s in shape)
+        if int(np.prod(shape)) != truth.shape[1]:
+            raise ValueError(f"histograms have {truth.shape[1]} bins, the domain {int(np.prod(shape))}")
+        if sanity <= 0:
+            raise ValueError(f"the sanity bound must be > 0, got {sanity}")
+        if queries < 0:
+            raise ValueError(f"--queries must be >= 0, got {queries}")
+        rng = np.random.default_rng([seed, 0x9E77])
+        if queries == 0:
+            return cls(truth.astype(np.int64, copy=False), shape, None, None, float(sanity))
+        if query_size is None:
+            q = random_range_queries(shape, queries, rng)
+        else:
+            q = sized_range_queries(shape, query_size, queries, rng)
+        index = QueryIndex.compile(q, shape)
+        answers = index.answer_many(truth)
+        return cls(truth.astype(np.int64, copy=False), shape, index, answers, float(sanity))
+
+    @property
+    def timesteps(self) -> int:
+        return int(self.truth.shape[0])
+
+    @property
+    def bins(self) -> int:
+        return int(self.truth.shape[1])
+
+    @property
+    def query_count(self) -> int:
+        return 0 if self.queries is None else int(self.queries.corners.shape[0])
+
+    def answers(self, counts: np.ndarray) -> np.ndarray | None:
+        if self.queries is None:
+            return None
+        return self.queries.answer(counts)
+
+
+class ErrorAccumulator:
+    """Sums of per-bin and per-query errors of one run, fed one timestep at a time.
+
+    Feed the published counts of each timestep with :meth:`add`; a new
+    ``key`` (the release's source timestep) recomputes the query answers,
+    a repeated one reuses them (republished counts are the same vector).
+    """
+
+    __slots__ = ("w", "abs_sum", "rel_sum", "qabs_sum", "qrel_sum", "steps", "_key", "_counts", "_answers")
+
+    def __init__(self, workload: Workload) -> None:
+        self.w = workload
+        self.abs_sum = self.rel_sum = self.qabs_sum = self.qrel_sum = 0.0
+        self.steps = 0
+        self._key: object = object()
+        self._counts: np.ndarray | None = None
+        self._answers: np.ndarray | None = None
+
+    def add(self, t: int, key: object, counts: np.ndarray | None) -> None:
+        """Timestep ``t`` published ``counts`` (``None``: the all-zero placeholder)."""
+        w = self.w
+        if key != self._key or self._counts is None:
+            self._key = key
+            self._counts = (
+                np.zeros(w.bins, dtype=np.float64) if counts is None else np.asarray(counts, dtype=np.float64)
+            )
+            self._answers = w.answers(self._counts)
+        h = w.truth[t]
+        err = np.abs(self._counts - h)
+        self.abs_sum += float(err.sum())
+        self.rel_sum += float((err / np.maximum(w.sanity, h)).sum())
+        if self._answers is not None and w.truth_answers is not None:
+            a = w.truth_answers[t]
+            qerr = np.abs(self._answers - a)
+            self.qabs_sum += float(qerr.sum())
+            self.qrel_sum += float((qerr / np.maximum(w.sanity, a)).sum())
+        self.steps += 1
+
+    def metrics(self) -> dict[str, float]:
+        w, n = self.w, max(self.steps, 1)
+        m = max(w.query_count, 1)
+        return {
+            "mae": self.abs_sum / (n * w.bins),
+            "mre": self.rel_sum / (n * w.bins),
+            "query_abs_error": self.qabs_sum / (n * m) if w.query_count else math.nan,
+            "query_rel_error": self.qrel_sum / (n * m) if w.query_count else math.nan,
+        }
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Student-t confidence interval of the mean; ``None`` with fewer than 2 values."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return None
+    mean = float(x.mean())
+    sd = float(x.std(ddof=1))
+    if sd == 0.0:
+        return (mean, mean)
+    from scipy import stats
+
+    half = float(stats.t.ppf(0.5 + confidence / 2, x.size - 1)) * sd / math.sqrt(x.size)
+    return (mean - half, mean + half)
+
+
+def summarise(per_run: Sequence[dict[str, float | None]], confidence: float = 0.95) -> dict[str, object]:
+    """Mean of every metric over runs, each with a ``NAME_ci`` companion ``[lo, hi]``."""
+    out: dict[str, object] = {}
+    if not per_run:
+        return out
+    for key in per_run[0]:
+        vals = [r[key] for r in per_run]
+        if any(v is None for v in vals):
+            out[key], out[f"{key}_ci"] = None, None
+            continue
+        arr = np.asarray(vals, dtype=np.float64)
+        out[key] = None if not np.all(np.isfinite(arr)) else float(arr.mean())
+        ci = t_interval(arr, confidence) if out[key] is not None else None
+        out[f"{key}_ci"] = None if ci is None else [ci[0], ci[1]]
+    return out

@@ -1,0 +1,438 @@
+"""Release and domain messages: pydantic models, canonical bytes, JSON Schemas.
+
+Every timestep publishes one :class:`ReleaseMessage`; a stream publishes its
+:class:`DomainMessage` (what each count position means) once. Both are
+written as canonical JSON — sorted keys, no spaces, ASCII, no NaN — so the
+same release is the same bytes in any process (the service re-sends a
+journaled release byte for byte; replay and service agree bit for bit).
+
+Number formatting (deterministic):
+
+* LPA counts are integers; PSD counts are floats rounded to 6 decimals
+  (``numpy.round``; ``-0.0`` is written ``0.0``).
+* ``accuracy.half_width`` is one number when every bin has the same width,
+  else a list in bin order; an infinite width (the all-zero placeholder
+  before the first fresh release) is ``null``. Rounded to 6 decimals.
+* ε values are given twice: a float for convenience and the exact fraction
+  as a string (``"1/3"``); budget checks use the exact one.
+
+``release_id`` = hex SHA-256 of ``"dpstream-release-v1\\0{stream}\\0{index}\\0{fingerprint}"``:
+the same timestep of the same configuration always has the same id, so
+consumers can drop duplicates by id.
+
+The committed schemas ``stream/schemas/release.schema.json`` and
+``domain.schema.json`` are ``model_json_schema()`` of these models; run
+``python -m stream.messages --write`` after changing a model (a test fails
+on drift).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+
+from controller.step import Release
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SCHEMA_DIR",
+    "ReleaseMessage",
+    "DomainMessage",
+    "MessageBuilder",
+    "canonical_bytes",
+    "release_id",
+    "isoformat",
+    "schemas",
+    "write_schemas",
+    "parse_message",
+]
+
+SCHEMA_VERSION = 1
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+DECIMALS = 6
+_HEX64 = r"^[0-9a-f]{64}$"
+_FRACTION = r"^-?[0-9]+(/[0-9]+)?$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TimestepInfo(_Model):
+    """Which timestep this is: its 0-based index and its event-time bounds ``[start, end)``."""
+
+    index: int = Field(ge=0)
+    start: str = Field(json_schema_extra={"format": "date-time"})
+    end: str = Field(json_schema_extra={"format": "date-time"})
+
+
+class MethodInfo(_Model):
+    """How the release was made."""
+
+    decision: str
+    mechanism: Literal["lpa", "psd"]
+    unit: Literal["user-level", "w-event"]
+
+
+class Accuracy(_Model):
+    """Accuracy of the counts.
+
+    With probability ``confidence`` over the noise of the fresh release the
+    counts come from (``source_timestep``), the true count of bin ``b`` *of
+    that timestep* lies within ``counts[b] ± half_width[b]``. A republished
+    count says nothing about change since then. ``epsilon`` is the ε that
+    fresh release cost. Before any fresh release the counts are an all-zero
+    placeholder: ``half_width`` null, ``confidence`` 0, ``source_timestep``
+    null.
+    """
+
+    confidence: float = Field(ge=0, lt=1)
+    half_width: float | None | list[float | None]
+    source_timestep: int | None = Field(ge=0)
+    epsilon: float = Field(ge=0)
+    epsilon_exact: str = Field(pattern=_FRACTION)
+
+
+class ReleaseMessage(_Model):
+    """One timestep's release (the value of one record on the output topic; key = stream id)."""
+
+    message_type: Literal["release"] = "release"
+    schema_version: Literal[1] = SCHEMA_VERSION
+    stream: str
+    release_id: str = Field(pattern=_HEX64)
+    timestep: TimestepInfo
+    kind: Literal["fresh", "republished"]
+    method: MethodInfo
+    counts: list[StrictInt] | list[StrictFloat] = Field(
+        description="released counts in bin order (see the domain message); integers for LPA"
+    )
+    accuracy: Accuracy
+    epsilon_spent: float = Field(ge=0, description="ε charged since the stream began")
+    epsilon_spent_exact: str = Field(pattern=_FRACTION)
+    epsilon_budget_exact: str = Field(
+        pattern=_FRACTION, description="user-level: the total budget; w-event: the budget of every window"
+    )
+    window_epsilon_spent: float | None = Field(
+        ge=0, description="w-event: ε charged in the window of w timesteps ending here; else null"
+    )
+    window_epsilon_spent_exact: str | None = Field(pattern=_FRACTION)
+    fresh_releases: int = Field(ge=0, description="fresh releases so far, this one included")
+    config_fingerprint: str = Field(pattern=_HEX64)
+    details: dict[str, Any] | None = Field(
+        default=None, description="mechanism extras of a fresh release (PSD: the released tree); absent otherwise"
+    )
+
+    def to_bytes(self) -> bytes:
+        """Canonical JSON (the counts are formatted exactly as ``json.dumps`` would, but vectorised)."""
+        return _release_bytes(self, _counts_text(self.counts))
+
+
+class CategoricalAttributeInfo(_Model):
+    name: str
+    kind: Literal["categorical"]
+    values: list[str]
+
+
+class NumericAttributeInfo(_Model):
+    name: str
+    kind: Literal["numeric"]
+    min: float
+    max: float
+    bins: int = Field(ge=1)
+    out_of_range: Literal["clip", "reject"]
+
+
+class DomainInfo(_Model):
+    """The bins: counts are in row-major order over ``shape`` (the last attribute varies fastest)."""
+
+    attributes: list[CategoricalAttributeInfo | NumericAttributeInfo]
+    shape: list[int]
+    size: int = Field(ge=1)
+    order: Literal["row-major"]
+
+
+class GridInfo(_Model):
+    """The timestep grid: timestep ``i`` covers ``[first_start + i·timestep, first_start + (i+1)·timestep)``."""
+
+    origin: str = Field(json_schema_extra={"format": "date-time"})
+    timestep_seconds: float = Field(gt=0)
+    start: str | None = Field(json_schema_extra={"format": "date-time"})
+
+
+class DomainMessage(_Model):
+    """What the counts of a stream mean; published once per stream (and on request).
+
+    ``config`` is exactly the privacy-relevant configuration whose canonical
+    JSON hashes to ``config_fingerprint`` (SHA-256), so a consumer can check it.
+    """
+
+    message_type: Literal["domain"] = "domain"
+    schema_version: Literal[1] = SCHEMA_VERSION
+    stream: str
+    config_fingerprint: str = Field(pattern=_HEX64)
+    bins: int = Field(ge=1)
+    domain: DomainInfo
+    grid: GridInfo
+    config: dict[str, Any]
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(_dump(self))
+
+
+# ---------------------------------------------------------------------------
+# Canonical form
+
+
+def canonical_bytes(obj: Any) -> bytes:
+    """Sorted keys, compact separators, ASCII, NaN refused."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+
+
+def _dump(model: BaseModel) -> dict[str, Any]:
+    data = model.model_dump(mode="json")
+    if data.get("details", 0) is None:
+        del data["details"]
+    return data
+
+
+_SENTINEL = "\u0000counts\u0000"
+_SENTINEL_JSON = json.dumps(_SENTINEL).encode()
+
+
+def _release_bytes(message: ReleaseMessage, counts_text: bytes) -> bytes:
+    data = message.model_dump(mode="json", exclude={"counts"})
+    if data.get("details", 0) is None:
+        del data["details"]
+    data["counts"] = _SENTINEL
+    head, sep, tail = canonical_bytes(data).partition(_SENTINEL_JSON)
+    assert sep, "internal error: counts placeholder missing"
+    return head + b"[" + counts_text + b"]" + tail
+
+
+def format_ints(values: np.ndarray) -> bytes:
+    """``",".join(str(v) for v in values)`` as ASCII bytes, vectorised (int64 values)."""
+    a = np.asarray(values, dtype=np.int64)
+    n = a.size
+    if n == 0:
+        return b""
+    neg = a < 0
+    mag = np.abs(a).astype(np.uint64)
+    mag[a == np.iinfo(np.int64).min] = np.uint64(2**63)
+    ndig = np.ones(n, dtype=np.int64)
+    p = 10
+    while p <= 10**19:
+        more = mag >= np.uint64(p)
+        if not more.any():
+            break
+        ndig += more
+        p *= 10
+    lengths = ndig + neg + 1
+    ends = np.cumsum(lengths)
+    out = np.empty(int(ends[-1]) - 1, dtype=np.uint8)
+    out[ends[:-1] - 1] = ord(",")
+    out[(ends - lengths)[neg]] = ord("-")
+    last = ends - 2  # position of each number's last digit
+    x = mag.copy()
+    for d in range(int(ndig.max())):
+        digits = (x % np.uint64(10)).astype(np.uint8) + np.uint8(48)
+        if d == 0:
+            out[last] = digits
+        else:
+            sel = ndig > d
+            out[last[sel] - d] = digits[sel]
+        x //= np.uint64(10)
+    return out.tobytes()
+
+
+def _counts_text(counts: Any) -> bytes:
+    """The JSON text of a counts list (without brackets), identical to ``json.dumps``'s."""
+    if isinstance(counts, np.ndarray):
+        if counts.dtype.kind in "iu":
+            return format_ints(counts)
+        return ",".join(map(repr, counts.tolist())).encode("ascii")
+    if counts and isinstance(counts[0], int):
+        return format_ints(np.asarray(counts, dtype=np.int64))
+    return ",".join(map(repr, counts)).encode("ascii")
+
+
+def release_id(stream: str, index: int, fingerprint: str) -> str:
+    return hashlib.sha256(f"dpstream-release-v1\x00{stream}\x00{int(index)}\x00{fingerprint}".encode()).hexdigest()
+
+
+def isoformat(dt: datetime) -> str:
+    """ISO-8601 in UTC with a ``Z`` (microseconds only when non-zero)."""
+    text = dt.astimezone(UTC).replace(tzinfo=None).isoformat()
+    return text + "Z"
+
+
+def _rounded(values: np.ndarray) -> list[float]:
+    return (np.round(np.asarray(values, dtype=np.float64), DECIMALS) + 0.0).tolist()
+
+
+def _count_array(counts: np.ndarray) -> np.ndarray:
+    """Released counts as int64, or float64 rounded to 6 decimals (``-0.0`` → ``0.0``)."""
+    arr = np.asarray(counts)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("released counts must be finite")
+    return np.round(arr.astype(np.float64), DECIMALS) + 0.0
+
+
+def _half_width(width: np.ndarray) -> float | None | list[float | None]:
+    w = np.asarray(width, dtype=np.float64)
+    if w.size == 0:
+        return []
+    first = w.flat[0]
+    if np.all(w == first):
+        return None if np.isinf(first) else _rounded(np.asarray([first]))[0]
+    finite = np.isfinite(w)
+    out: list[float | None] = _rounded(np.where(finite, w, 0.0))
+    if not finite.all():
+        for i in np.flatnonzero(~finite).tolist():
+            out[i] = None
+    return out
+
+
+def _frac(x: Fraction) -> str:
+    return str(Fraction(x))
+
+
+def _jsonable(obj: Any) -> Any:
+    """Make mechanism details JSON-ready (numpy → lists, Fractions → strings)."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, Fraction):
+        return str(obj)
+    return obj
+
+
+class MessageBuilder:
+    """Builds the messages of one stream (from its settings, once)."""
+
+    def __init__(self, settings: Any) -> None:
+        self.stream = settings.stream.id
+        self.fingerprint = settings.fingerprint()
+        self.method = MethodInfo(
+            decision=settings.release.decision,
+            mechanism=settings.release.mechanism,
+            unit=settings.privacy.unit,
+        )
+        self.budget = _frac(settings.privacy.epsilon)
+        self._settings = settings
+
+    def release(self, release: Release, start: datetime, end: datetime) -> ReleaseMessage:
+        """The message of one engine release of the timestep ``[start, end)``."""
+        return self.release_with_bytes(release, start, end)[0]
+
+    def release_with_bytes(self, release: Release, start: datetime, end: datetime) -> tuple[ReleaseMessage, bytes]:
+        """The message and its canonical bytes (the counts are formatted once, vectorised)."""
+        counts = _count_array(release.counts)
+        head = self._validated(release, start, end)
+        message = head.model_copy(update={"counts": counts.tolist()})
+        return message, _release_bytes(message, _counts_text(counts))
+
+    def _validated(self, release: Release, start: datetime, end: datetime) -> ReleaseMessage:
+        """Everything but the counts, validated by the model (the counts come from our own array)."""
+        window = release.window_spend
+        details = _jsonable(release.details) if release.details else None
+        return ReleaseMessage(
+            stream=self.stream,
+            release_id=release_id(self.stream, release.timestep, self.fingerprint),
+            timestep=TimestepInfo(index=release.timestep, start=isoformat(start), end=isoformat(end)),
+            kind=release.kind,
+            method=self.method,
+            counts=[],
+            accuracy=Accuracy(
+                confidence=float(release.confidence),
+                half_width=_half_width(release.half_width),
+                source_timestep=release.source_timestep,
+                epsilon=float(release.epsilon_release),
+                epsilon_exact=_frac(release.epsilon_release),
+            ),
+            epsilon_spent=float(release.epsilon_spent),
+            epsilon_spent_exact=_frac(release.epsilon_spent),
+            epsilon_budget_exact=self.budget,
+            window_epsilon_spent=None if window is None else float(window),
+            window_epsilon_spent_exact=None if window is None else _frac(window),
+            fresh_releases=release.fresh_count,
+            config_fingerprint=self.fingerprint,
+            details=details,
+        )
+
+    def domain(self) -> DomainMessage:
+        s = self._settings
+        view = s.privacy_view()
+        return DomainMessage(
+            stream=self.stream,
+            config_fingerprint=self.fingerprint,
+            bins=s.domain().size,
+            domain=DomainInfo.model_validate(s.domain().describe()),
+            grid=GridInfo(
+                origin=isoformat(s.stream.origin),
+                timestep_seconds=s.stream.timestep.total_seconds(),
+                start=None if s.stream.start is None else isoformat(s.stream.start),
+            ),
+            config=json.loads(json.dumps(view)),
+        )
+
+
+def parse_message(data: bytes | str) -> ReleaseMessage | DomainMessage:
+    """Parse one message (either type) from its JSON bytes."""
+    doc = json.loads(data)
+    if isinstance(doc, dict) and doc.get("message_type") == "domain":
+        return DomainMessage.model_validate(doc)
+    return ReleaseMessage.model_validate(doc)
+
+
+def schemas() -> dict[str, dict[str, Any]]:
+    """File name → JSON Schema of every message model."""
+    return {
+        "release.schema.json": ReleaseMessage.model_json_schema(),
+        "domain.schema.json": DomainMessage.model_json_schema(),
+    }
+
+
+def schema_text(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=True) + "\n"
+
+
+def write_schemas(directory: Path = SCHEMA_DIR) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, schema in schemas().items():
+        path = directory / name
+        path.write_text(schema_text(schema))
+        out.append(path)
+    return out
+
+
+def _main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stream.messages", description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write the schemas into {SCHEMA_DIR}")
+    args = parser.parse_args(argv)
+    if args.write:
+        for p in write_schemas():
+            print(p)
+    else:
+        for name, schema in schemas().items():
+            print(f"# {name}\n{schema_text(schema)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -1,0 +1,441 @@
+"""The release path shared by ``dpstream replay`` and the Kafka service.
+
+``events → validate → window (watermark, lateness) → bound + count →
+Engine.step → release message``. :class:`ReleasePipeline` owns the engine
+state and the windowing state; the caller feeds :class:`EventBatch` es with
+:meth:`ReleasePipeline.offer` and collects :class:`SealedRelease` s with
+:meth:`ReleasePipeline.seal`. Noise for timestep ``i`` comes from
+``settings.noise_source().drawer(stream_id, i, "release")`` (or the
+``noise`` given), so a seeded replay and the seeded service produce the same
+bytes.
+
+Crash safety (privacy invariant: at most one noise draw per timestep that can
+reach the outside, re-sent byte-identically after a crash):
+
+* ``step_hook(sealed)`` runs after each timestep's step and before the
+  pipeline moves on; the service journals ``sealed.journal_entry()`` there
+  (durably) before producing ``sealed.payload``. If the hook raises, the
+  pipeline stays before that timestep (its events are kept) and the error
+  propagates.
+* ``recall(index)`` is asked before stepping timestep ``index``; when it
+  returns a journal entry the pipeline does not step (draws nothing): it
+  re-uses the journaled bytes and the journaled engine state
+  (``sealed.recovered`` is True), after checking the entry belongs to this
+  stream, configuration, index and grid cell.
+* :meth:`ReleasePipeline.snapshot` / :meth:`ReleasePipeline.restore` carry
+  the engine state and the windowing state (first cell, next index, largest
+  event time; optionally the open timesteps' events) through JSON.
+
+Nothing here logs or exposes raw counts; :attr:`ReleasePipeline.stats` holds
+only whole-stream totals of events.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from controller.errors import StateError
+from controller.step import Engine, EngineState, Release
+from histogram.noise import Randomness
+from stream.events import CODE, REASONS, EventBatch, Rejections, validate_batch
+from stream.messages import (
+    DomainMessage,
+    MessageBuilder,
+    ReleaseMessage,
+    canonical_bytes,
+    release_id,
+)
+from stream.windowing import ACCEPTED, Grid, Windower
+
+__all__ = ["ReleasePipeline", "SealedRelease", "PipelineStats", "JOURNAL_VERSION", "PIPELINE_STATE_VERSION"]
+
+JOURNAL_VERSION = 1
+PIPELINE_STATE_VERSION = 1
+
+StepHook = Callable[["SealedRelease"], None]
+Recall = Callable[[int], "Mapping[str, Any] | None"]
+
+_STATUS_DETAIL = {
+    "before_start": "the event is before stream.start",
+    "far_future": "the event is later than max(largest event time, now) + stream.max_future",
+    "timestep_sealed": "the event's timestep is already sealed",
+}
+_STATUS_TEXTS = tuple(_STATUS_DETAIL.values())
+_STATUS_LOOKUP = np.zeros(len(REASONS) + 1, dtype=np.int32)
+for _i, _reason in enumerate(_STATUS_DETAIL):
+    _STATUS_LOOKUP[CODE[_reason]] = _i
+
+
+def _seconds(now: float | datetime | None) -> float | None:
+    if now is None:
+        return None
+    if isinstance(now, datetime):
+        return now.timestamp()
+    return float(now)
+
+
+@dataclass(frozen=True, eq=False)
+class SealedRelease:
+    """One sealed timestep, ready to publish.
+
+    Attributes:
+        index: 0-based timestep index (the engine's timestep).
+        cell: grid cell (``index + first cell``).
+        start, end: the timestep's event-time bounds ``[start, end)`` (UTC).
+        key: the output record key (stream id, UTF-8).
+        payload: the output record value: canonical JSON of ``message``.
+        message: the release message.
+        engine_state: the engine state after this timestep (secret: holds
+            threshold noise; journal it, never publish it).
+        window: the pipeline's window state after this timestep
+            (``{"version", "first_cell", "next_index", "max_event_time"}``).
+        release: the engine's :class:`Release`, or None when ``recovered``.
+        recovered: True when the bytes and state came from the journal via
+            ``recall`` (nothing was drawn: a re-send).
+    """
+
+    index: int
+    cell: int
+    start: datetime
+    end: datetime
+    key: bytes
+    payload: bytes
+    message: ReleaseMessage
+    engine_state: EngineState
+    window: dict[str, Any]
+    release: Release | None
+    recovered: bool
+    engine: Engine = field(repr=False)
+
+    @property
+    def release_id(self) -> str:
+        return self.message.release_id
+
+    @property
+    def kind(self) -> str:
+        return self.message.kind
+
+    @property
+    def fresh(self) -> bool:
+        return self.message.kind == "fresh"
+
+    @property
+    def epsilon_spent(self) -> Fraction:
+        return Fraction(self.message.epsilon_spent_exact)
+
+    def engine_snapshot(self) -> dict[str, Any]:
+        return self.engine.snapshot(self.engine_state)
+
+    def journal_entry(self) -> dict[str, Any]:
+        """JSON-ready record to persist before ``payload`` may be produced.
+
+        ``{"version": 1, "stream", "config_fingerprint", "index", "cell",
+        "release_id", "payload" (the exact bytes, ASCII text), "engine_state"
+        (engine snapshot after the step), "window" (window state after the
+        step)}``. Feed it back through ``recall`` to re-send, or to
+        :meth:`ReleasePipeline.resume_after` to continue after it.
+        """
+        entry = {
+            "version": JOURNAL_VERSION,
+            "stream": self.message.stream,
+            "config_fingerprint": self.message.config_fingerprint,
+            "index": self.index,
+            "cell": self.cell,
+            "release_id": self.release_id,
+            "payload": self.payload.decode("ascii"),
+            "engine_state": self.engine_snapshot(),
+            "window": dict(self.window),
+        }
+        entry["checksum"] = _checksum(entry)
+        return entry
+
+
+@dataclass
+class PipelineStats:
+    """Whole-stream totals (no per-timestep statistics)."""
+
+    events_offered: int = 0
+    events_accepted: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    timesteps_sealed: int = 0
+    fresh: int = 0
+    republished: int = 0
+    recovered: int = 0
+
+    @property
+    def late(self) -> int:
+        return int(self.rejected.get("timestep_sealed", 0))
+
+    @property
+    def dead_lettered(self) -> int:
+        return int(sum(v for k, v in self.rejected.items() if k != "timestep_sealed"))
+
+
+class ReleasePipeline:
+    """Windowing + engine + messages for one stream.
+
+    Args:
+        settings: validated :class:`~stream.config.Settings`.
+        noise: randomness (default ``settings.noise_source()``).
+        engine_state: restore from this engine state (an :class:`EngineState`
+            or its JSON snapshot) instead of a fresh one.
+        window_state: the window snapshot that goes with ``engine_state``
+            (``first_cell``, ``next_index``, ``max_event_time``[, buffers]).
+            Needed when ``engine_state`` is past timestep 0, unless
+            ``stream.start`` fixes the first cell.
+        step_hook: called with each :class:`SealedRelease` before the
+            pipeline advances past it (journal here).
+        recall: ``index -> journal entry | None``; a returned entry is
+            re-used instead of stepping (crash recovery; never redraws).
+
+    Raises:
+        StateError: the engine state and window state disagree.
+    """
+
+    def __init__(
+        self,
+        settings: Any,
+        *,
+        noise: Randomness | None = None,
+        engine_state: EngineState | Mapping[str, Any] | None = None,
+        window_state: Mapping[str, Any] | None = None,
+        step_hook: StepHook | None = None,
+        recall: Recall | None = None,
+    ) -> None:
+        self.settings = settings
+        self.stream_id: str = settings.stream.id
+        self.domain = settings.domain()
+        self.engine: Engine = settings.engine()
+        self.noise = settings.noise_source() if noise is None else noise
+        self.fingerprint: str = settings.fingerprint()
+        self.grid = Grid.from_settings(settings)
+        self.messages = MessageBuilder(settings)
+        self.key = self.stream_id.encode()
+        self.step_hook = step_hook
+        self.recall = recall
+        self.max_user_id_chars = 256
+        if engine_state is None:
+            state = self.engine.initial_state()
+        elif isinstance(engine_state, EngineState):
+            state = engine_state
+        else:
+            state = self.engine.restore(dict(engine_state))
+        if window_state is not None:
+            self.window = Windower.restore(self.grid, dict(window_state))
+        elif state.timestep == 0 or self.grid.start is not None:
+            self.window = Windower(self.grid, next_index=state.timestep)
+        else:
+            raise StateError(
+                f"the engine state is at timestep {state.timestep}; restoring it needs the window state "
+                "(first grid cell) as well"
+            )
+        if self.window.next_index != state.timestep:
+            raise StateError(
+                f"window state says the next timestep is {self.window.next_index}, "
+                f"the engine state says {state.timestep}: refusing to mix them"
+            )
+        self._state = state
+        self.stats = PipelineStats()
+
+    # -- accessors --------------------------------------------------------------
+    @property
+    def engine_state(self) -> EngineState:
+        return self._state
+
+    @property
+    def next_index(self) -> int:
+        return self.window.next_index
+
+    @property
+    def first_cell(self) -> int | None:
+        return self.window.first_cell
+
+    @property
+    def epsilon_spent(self) -> Fraction:
+        return self._state.accountant.spent
+
+    def domain_message(self) -> DomainMessage:
+        return self.messages.domain()
+
+    # -- input --------------------------------------------------------------------
+    def offer(self, batch: EventBatch, *, now: float | datetime | None = None) -> Rejections:
+        """Validate and window a batch; returns the rejected rows (dead letters and late).
+
+        ``now`` (wall clock, seconds or datetime) lets the service bound the
+        far future by the clock and arms the idle timer; replay passes None.
+        """
+        valid, rejected = validate_batch(batch, self.domain, max_user_id_chars=self.max_user_id_chars)
+        status = self.window.offer(valid, now=_seconds(now))
+        bad = np.flatnonzero(status != ACCEPTED)
+        parts = [rejected]
+        if bad.size:
+            codes = status[bad]
+            pos = valid.position[bad]
+            parts.append(Rejections(
+                codes, batch.rows[pos], _STATUS_LOOKUP[codes], _STATUS_TEXTS,
+                message=None if batch.messages is None else batch.messages[pos],
+                element=None if batch.elements is None else batch.elements[pos],
+                payloads=batch.payloads or (),
+                sources=batch.sources or (),
+            ))
+        out = Rejections.concat(parts)
+        self.stats.events_offered += len(batch)
+        self.stats.events_accepted += len(batch) - len(out)
+        self.stats.rejected.update(out.counts())
+        return out
+
+    # -- sealing --------------------------------------------------------------------
+    def seal(self, *, now: float | datetime | None = None, final: bool = False) -> list[SealedRelease]:
+        """Seal every timestep the watermark, the idle rule (``now``) or ``final`` allows, in order."""
+        out = []
+        for cell in self.window.sealable(now=_seconds(now), final=final):
+            out.append(self._seal_cell(cell, None))
+        return out
+
+    def release_counts(self, counts: np.ndarray) -> SealedRelease:
+        """Release the next timestep from already-bounded true counts (counts-file replay).
+
+        Skips windowing: the timesteps are consecutive from the cell of
+        ``stream.start`` (or of ``stream.origin``). The counts must already
+        hold at most ``privacy.contribution_bound`` records per person.
+        """
+        if self.window.buffered_events:
+            raise StateError("release_counts cannot be mixed with events waiting in open timesteps")
+        if self.window.first_cell is None:
+            self.window.first_cell = self.grid.start_cell if self.grid.start is not None else self.grid.cell_of(
+                self.grid.origin_s)
+        arr = np.asarray(counts)
+        if arr.shape != (self.domain.size,) or arr.dtype.kind not in "iu" or (arr.size and arr.min() < 0):
+            raise ValueError(f"counts must be {self.domain.size} non-negative integers")
+        return self._seal_cell(self.window.next_cell, arr.astype(np.int64, copy=False))  # type: ignore[arg-type]
+
+    def _seal_cell(self, cell: int, counts: np.ndarray | None) -> SealedRelease:
+        index = self.window.next_index
+        data = self.window.take(cell)
+        try:
+            entry = self.recall(index) if self.recall is not None else None
+            if entry is not None:
+                sealed = self._from_journal(entry, index, cell)
+            else:
+                true = data.counts(self.domain.size, self.settings.privacy.contribution_bound) if counts is None else counts
+                sealed = self._step(index, cell, true)
+                del true
+            if self.step_hook is not None:
+                self.step_hook(sealed)
+        except BaseException:
+            self.window.put_back(data)
+            raise
+        self._state = sealed.engine_state
+        self.window.advance()
+        st = self.stats
+        st.timesteps_sealed += 1
+        if sealed.fresh:
+            st.fresh += 1
+        else:
+            st.republished += 1
+        if sealed.recovered:
+            st.recovered += 1
+        return sealed
+
+    def _window_after(self, index: int) -> dict[str, Any]:
+        snap = self.window.snapshot()
+        snap["next_index"] = index + 1
+        return snap
+
+    def _step(self, index: int, cell: int, counts: np.ndarray) -> SealedRelease:
+        drawer = self.noise.drawer(self.stream_id, index, "release")
+        release, state = self.engine.step(self._state, counts, drawer)
+        if release.timestep != index:
+            raise StateError(f"engine stepped timestep {release.timestep}, expected {index}")
+        start, end = self.grid.bounds(cell)
+        message, payload = self.messages.release_with_bytes(release, start, end)
+        return SealedRelease(
+            index, cell, start, end, self.key, payload, message, state,
+            self._window_after(index), release, False, self.engine,
+        )
+
+    def _from_journal(self, entry: Mapping[str, Any], index: int, cell: int) -> SealedRelease:
+        where = f"journal entry for timestep {index}"
+        try:
+            if entry.get("version") != JOURNAL_VERSION:
+                raise StateError(f"{where} has unsupported version {entry.get('version')!r}")
+            if "checksum" in entry and entry["checksum"] != _checksum(entry):
+                raise StateError(f"{where} is corrupted (checksum mismatch): refusing to re-send it")
+            if entry.get("stream") != self.stream_id or entry.get("config_fingerprint") != self.fingerprint:
+                raise StateError(f"{where} belongs to another stream or configuration: refusing to re-send it")
+            if int(entry["index"]) != index or int(entry["cell"]) != cell:
+                raise StateError(
+                    f"{where} is for index {entry['index']} / cell {entry['cell']}, the pipeline is at "
+                    f"index {index} / cell {cell}: the grid or first timestep changed"
+                )
+            payload = str(entry["payload"]).encode("ascii")
+            message = ReleaseMessage.model_validate_json(payload)
+            if message.release_id != release_id(self.stream_id, index, self.fingerprint) or \
+                    message.timestep.index != index or message.to_bytes() != payload:
+                raise StateError(f"{where} holds a payload that is not this timestep's canonical release")
+            state = self.engine.restore(dict(entry["engine_state"]))
+        except StateError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(f"malformed {where}: {exc}") from exc
+        if state.timestep != index + 1:
+            raise StateError(f"{where} carries an engine state at timestep {state.timestep}, expected {index + 1}")
+        start, end = self.grid.bounds(cell)
+        return SealedRelease(
+            index, cell, start, end, self.key, payload, message, state,
+            self._window_after(index), None, True, self.engine,
+        )
+
+    # -- snapshots ------------------------------------------------------------------
+    def snapshot(self, *, include_buffers: bool = False) -> dict[str, Any]:
+        """JSON-ready state: ``{"version", "stream", "config_fingerprint", "engine", "window"}``.
+
+        Secret (engine state holds threshold noise); with ``include_buffers``
+        it also holds raw events of the open timesteps. Internal only.
+        """
+        return {
+            "version": PIPELINE_STATE_VERSION,
+            "stream": self.stream_id,
+            "config_fingerprint": self.fingerprint,
+            "engine": self.engine.snapshot(self._state),
+            "window": self.window.snapshot(include_buffers=include_buffers),
+        }
+
+    @classmethod
+    def restore(cls, settings: Any, snapshot: Mapping[str, Any], **kwargs: Any) -> ReleasePipeline:
+        """Rebuild from :meth:`snapshot`; refuses another stream id or a changed configuration."""
+        if not isinstance(snapshot, Mapping) or snapshot.get("version") != PIPELINE_STATE_VERSION:
+            raise StateError("unsupported pipeline snapshot")
+        _check_identity(settings, snapshot, "pipeline snapshot")
+        return cls(settings, engine_state=snapshot["engine"], window_state=snapshot["window"], **kwargs)
+
+    @classmethod
+    def resume_after(cls, settings: Any, entry: Mapping[str, Any], **kwargs: Any) -> ReleasePipeline:
+        """A pipeline positioned just after a journaled timestep (its state, no open events)."""
+        if not isinstance(entry, Mapping) or entry.get("version") != JOURNAL_VERSION:
+            raise StateError("unsupported journal entry")
+        _check_identity(settings, entry, "journal entry")
+        return cls(settings, engine_state=entry["engine_state"], window_state=entry["window"], **kwargs)
+
+
+def _checksum(entry: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in entry.items() if k != "checksum"}
+    return hashlib.sha256(canonical_bytes(body)).hexdigest()
+
+
+def _check_identity(settings: Any, data: Mapping[str, Any], what: str) -> None:
+    if data.get("stream") != settings.stream.id:
+        raise StateError(f"the {what} is for stream {data.get('stream')!r}, not {settings.stream.id!r}")
+    if data.get("config_fingerprint") != settings.fingerprint():
+        raise StateError(
+            f"the {what} was written under another privacy configuration (fingerprint differs): "
+            "refusing to continue the stream with changed ε, C, w, domain or method"
+        )
