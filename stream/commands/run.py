@@ -1,0 +1,47 @@
+"""``dpstream run --config C``: the streaming service against any Kafka cluster.
+
+Exit status: 0 stopped cleanly (SIGTERM / Ctrl-C), 2 refused to start
+(invalid configuration, configuration drift, lost or inconsistent privacy
+journal), 1 a fatal runtime error (Kafka unusable, fenced by another
+instance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "run",
+        help="run the streaming service (consume events, publish DP releases on Kafka)",
+        description=(
+            "Consume events from kafka.input_topic, window them by event time, release one differentially "
+            "private histogram per timestep on kafka.output_topic (Kafka transactions + a fsync'd privacy "
+            "journal in service.state_dir), dead letters and late events on their topics. Serves /metrics, "
+            "/healthz and /readyz on service.http_host:service.http_port. Stops on SIGTERM or Ctrl-C."
+        ),
+    )
+    p.add_argument("--config", "-c", required=True, help="YAML configuration file (DPSTREAM_* env vars override)")
+    p.add_argument("--max-timesteps", type=int, default=None,
+                   help="stop after this many timesteps were released (default: run until stopped)")
+    p.set_defaults(func=run, handler=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from stream.config import ConfigError, load_settings
+    from stream.logs import setup_logging
+    from stream.service import run_service
+
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"dpstream run: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(settings.service.log_level)
+    return run_service(settings, max_timesteps=args.max_timesteps)

@@ -1,0 +1,121 @@
+"""One small HTTP server: ``/metrics``, ``/healthz``, ``/readyz``, ``/domain``.
+
+* ``/healthz`` (liveness) answers 200 while the process serves HTTP. It never
+  asks Kafka: a broker outage must not make an orchestrator kill a healthy
+  service (which would only add restarts to the outage).
+* ``/readyz`` (readiness) is 200 once start-up recovery is done and the last
+  Kafka transaction committed; 503 with the reason otherwise (starting,
+  recovering, retrying a transaction, stopping, refused to start).
+* ``/metrics``: Prometheus text format from the injected registry.
+* ``/domain``: the stream's public domain message (what each count means).
+
+A plain ``wsgiref`` server in a daemon thread; requests are tiny.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+__all__ = ["Health", "make_app", "HttpServer"]
+
+
+@dataclass
+class Health:
+    """Thread-safe service status shared with the HTTP thread."""
+
+    ready: bool = False
+    reason: str = "starting"
+    started: float = field(default_factory=time.time)
+    last_loop: float = field(default_factory=time.monotonic)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def set(self, ready: bool, reason: str = "") -> None:
+        with self._lock:
+            self.ready, self.reason = ready, reason or ("running" if ready else "not ready")
+
+    def tick(self) -> None:
+        self.last_loop = time.monotonic()
+
+    def view(self) -> tuple[bool, str, float]:
+        with self._lock:
+            return self.ready, self.reason, time.monotonic() - self.last_loop
+
+
+Response = tuple[str, list[tuple[str, str]], bytes]
+
+
+def make_app(registry: CollectorRegistry, health: Health,
+             domain: Callable[[], bytes | None] = lambda: None) -> Callable[..., Iterable[bytes]]:
+    """The WSGI application."""
+
+    def route(path: str) -> Response:
+        if path == "/metrics":
+            return "200 OK", [("Content-Type", CONTENT_TYPE_LATEST)], generate_latest(registry)
+        if path == "/healthz":
+            _, reason, idle = health.view()
+            body = json.dumps({"status": "ok", "state": reason, "loop_idle_seconds": round(idle, 3)})
+            return "200 OK", [("Content-Type", "application/json")], body.encode()
+        if path == "/readyz":
+            ready, reason, _ = health.view()
+            body = json.dumps({"ready": ready, "state": reason}).encode()
+            return ("200 OK" if ready else "503 Service Unavailable"), [("Content-Type", "application/json")], body
+        if path == "/domain":
+            data = domain()
+            if data is None:
+                return "404 Not Found", [("Content-Type", "text/plain")], b"no domain yet\n"
+            return "200 OK", [("Content-Type", "application/json")], data
+        if path == "/":
+            return "200 OK", [("Content-Type", "text/plain")], b"dpstream: /metrics /healthz /readyz /domain\n"
+        return "404 Not Found", [("Content-Type", "text/plain")], b"not found\n"
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Content-Type", "text/plain"), ("Allow", "GET, HEAD")])
+            return [b"method not allowed\n"]
+        status, headers, body = route(environ.get("PATH_INFO", "/"))
+        start_response(status, [*headers, ("Content-Length", str(len(body)))])
+        return [b"" if environ.get("REQUEST_METHOD") == "HEAD" else body]
+
+    return app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+class HttpServer:
+    """Serves :func:`make_app` on ``host:port`` from a daemon thread (port 0: any free port)."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], host: str = "127.0.0.1", port: int = 8000) -> None:
+        self._server = make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)
+        self.host = host
+        self.port = int(self._server.server_port)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="dpstream-http", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> HttpServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,567 @@
+"""Kafka clients for the service: topics, the transactional producer, the consumer.
+
+Everything here is thin glue over kafka-python, with two rules:
+
+* every failure surfaces as :class:`KafkaIOError`, which says whether it is
+  *retriable* (try the same thing again: a timeout, a leader moving) or
+  *fatal* (fenced producer, authorisation, misconfiguration: stop);
+* the client settings the privacy invariants rely on are not optional
+  (K7 of the reliability catalogue): ``acks=all`` with idempotence and a
+  stable ``transactional_id``; ``isolation_level=read_committed``, no
+  auto-commit, ``auto_offset_reset=none`` (the service always seeks
+  explicitly; an offset that is out of range is an error, never a silent
+  reset past data).
+
+Checkpoint marker. Besides the input offsets, every transaction commits, for
+the same consumer group, the offset ``seq`` on partition 0 of the state topic
+(``kafka.state_topic``): the sequence number of the journal checkpoint the
+transaction carries. It moves atomically with the input offsets, so after a
+crash the group's committed marker says exactly which journal checkpoint
+reached Kafka (offset-commit *metadata* would do the same on Apache Kafka,
+but the embedded broker drops it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import errors as kerr
+from kafka.structs import OffsetAndMetadata
+
+from stream.config import KafkaSection
+
+__all__ = [
+    "KafkaIOError",
+    "OutRecord",
+    "TransactionalWriter",
+    "wrap_error",
+    "client_options",
+    "ensure_topics",
+    "make_consumer",
+    "make_producer",
+    "assign_all",
+    "committed_offsets",
+    "committed_marker",
+    "end_offsets",
+    "read_tail",
+    "transactional_id_for",
+    "rejection_records",
+    "InputReader",
+]
+
+FATAL_TYPES: tuple[type[BaseException], ...] = (
+    kerr.ProducerFencedError,
+    kerr.InvalidProducerEpochError,
+    kerr.AuthorizationError,
+    kerr.KafkaConfigurationError,
+    kerr.UnsupportedVersionError,
+    kerr.InvalidTxnStateError,
+    kerr.TransactionalIdAuthorizationFailedError,
+    kerr.OffsetOutOfRangeError,
+    kerr.NoOffsetForPartitionError,
+)
+
+
+class KafkaIOError(RuntimeError):
+    """A Kafka operation failed.
+
+    Attributes:
+        retriable: True when repeating the same operation may succeed
+            (timeouts, unavailable brokers or coordinators); False when the
+            service must stop (fenced by a newer instance, not authorised,
+            offsets out of range, misconfiguration).
+        action: what was being done, e.g. ``"commit transaction"``.
+    """
+
+    def __init__(self, message: str, *, retriable: bool, action: str = "") -> None:
+        super().__init__(message)
+        self.retriable = retriable
+        self.action = action
+
+
+def wrap_error(exc: BaseException, action: str) -> KafkaIOError:
+    """Classify any exception raised by kafka-python."""
+    if isinstance(exc, KafkaIOError):
+        return exc
+    if isinstance(exc, FATAL_TYPES):
+        retriable = False
+    elif isinstance(exc, kerr.KafkaError):
+        retriable = bool(getattr(exc, "retriable", False)) or isinstance(
+            exc, kerr.KafkaTimeoutError | kerr.KafkaConnectionError | kerr.NodeNotReadyError
+        )
+    else:
+        retriable = isinstance(exc, TimeoutError | ConnectionError)
+    kind = "retriable" if retriable else "fatal"
+    return KafkaIOError(f"{action} failed ({kind}): {exc}", retriable=retriable, action=action)
+
+
+def transactional_id_for(k: KafkaSection, stream_id: str) -> str:
+    """The stable transactional id of a stream (one writer per stream)."""
+    return k.transactional_id or f"dpstream-{stream_id}"
+
+
+def client_options(k: KafkaSection) -> dict[str, Any]:
+    """Connection and security options shared by every client."""
+    opts: dict[str, Any] = {
+        "bootstrap_servers": [s.strip() for s in k.bootstrap_servers.split(",") if s.strip()],
+        "client_id": k.client_id,
+        "request_timeout_ms": k.request_timeout_ms,
+        "security_protocol": k.security_protocol,
+    }
+    for name in ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
+                 "ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        value = getattr(k, name)
+        if value is not None:
+            opts[name] = value
+    return opts
+
+
+def ensure_topics(k: KafkaSection, topics: Mapping[str, int], *, timeout_s: float = 30.0) -> list[str]:
+    """Create the topics that are missing; returns the names created.
+
+    Args:
+        topics: name -> partition count for topics created here (existing
+            topics are left as they are, whatever their partition count).
+
+    Raises:
+        KafkaIOError: the cluster could not be reached or refused.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            remaining_ms = max(1000, int((deadline - time.monotonic()) * 1000))
+            admin = KafkaAdminClient(**client_options(k), bootstrap_timeout_ms=remaining_ms)
+            try:
+                existing = set(admin.list_topics())
+                missing = {name: n for name, n in topics.items() if name not in existing}
+                if missing:
+                    spec = {name: {"num_partitions": n, "replication_factor": k.replication_factor}
+                            for name, n in missing.items()}
+                    try:
+                        admin.create_topics(spec, timeout_ms=int(timeout_s * 1000), wait_for_metadata=True)
+                    except kerr.TopicAlreadyExistsError:
+                        pass  # another instance created it meanwhile
+                return sorted(missing)
+            finally:
+                admin.close()
+        except Exception as exc:  # noqa: BLE001 - classified below
+            err = wrap_error(exc, "create topics")
+            if not err.retriable or time.monotonic() > deadline:
+                raise err from exc
+            time.sleep(0.5)
+
+
+def make_consumer(k: KafkaSection, *, isolation_level: str = "read_committed",
+                  group: bool = True, **extra: Any) -> KafkaConsumer:
+    """The service's consumer: read_committed, no auto-commit, no silent reset.
+
+    The group timeouts come from the configuration (the embedded broker only
+    completes a JoinGroup after ``max_poll_interval_ms``; Apache Kafka waits
+    ``group.initial.rebalance.delay.ms``); the service itself uses
+    :func:`assign_all`, so it never waits for a rebalance.
+    """
+    opts = client_options(k)
+    opts.update(
+        group_id=k.group_id if group else None,
+        enable_auto_commit=False,
+        isolation_level=isolation_level,
+        auto_offset_reset="none",
+        max_poll_records=k.max_poll_records,
+        max_poll_interval_ms=k.max_poll_interval_ms,
+        session_timeout_ms=k.session_timeout_ms,
+        heartbeat_interval_ms=k.heartbeat_interval_ms,
+    )
+    opts.update(extra)
+    try:
+        return KafkaConsumer(**opts)
+    except Exception as exc:  # noqa: BLE001
+        raise wrap_error(exc, "create consumer") from exc
+
+
+def make_producer(k: KafkaSection, transactional_id: str | None, **extra: Any) -> KafkaProducer:
+    """A transactional (or, with ``None``, idempotent) producer: acks=all."""
+    opts = client_options(k)
+    opts.update(
+        acks="all",
+        enable_idempotence=True,
+        max_request_size=k.max_request_size,
+        linger_ms=5,
+    )
+    if transactional_id is not None:
+        opts.update(transactional_id=transactional_id, transaction_timeout_ms=k.transaction_timeout_ms)
+    opts.update(extra)
+    try:
+        producer = KafkaProducer(**opts)
+    except Exception as exc:  # noqa: BLE001
+        raise wrap_error(exc, "create producer") from exc
+    if transactional_id is not None:
+        try:
+            producer.init_transactions()
+        except Exception as exc:  # noqa: BLE001
+            producer.close(timeout=1)
+            raise wrap_error(exc, "init transactions") from exc
+    return producer
+
+
+def assign_all(consumer: KafkaConsumer, topic: str, *, timeout_s: float = 30.0) -> list[TopicPartition]:
+    """Assign every partition of ``topic`` to ``consumer`` (no group rebalance).
+
+    A stream's timesteps span all partitions, so one service instance owns
+    the whole input topic; the transactional id fences a second instance.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            parts = consumer.partitions_for_topic(topic)
+        except Exception as exc:  # noqa: BLE001
+            raise wrap_error(exc, f"read partitions of {topic}") from exc
+        if parts:
+            tps = [TopicPartition(topic, p) for p in sorted(parts)]
+            consumer.assign(tps)
+            return tps
+        if time.monotonic() > deadline:
+            raise KafkaIOError(f"topic {topic!r} does not exist or has no partitions", retriable=True,
+                               action="assign")
+        time.sleep(0.2)
+
+
+def committed_offsets(consumer: KafkaConsumer, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+    """The group's committed offsets (None where nothing was committed)."""
+    out: dict[TopicPartition, int | None] = {}
+    for tp in tps:
+        try:
+            out[tp] = consumer.committed(tp)
+        except Exception as exc:  # noqa: BLE001
+            raise wrap_error(exc, f"read committed offset of {tp.topic}[{tp.partition}]") from exc
+    return out
+
+
+def committed_marker(consumer: KafkaConsumer, state_topic: str) -> int | None:
+    """The last journal checkpoint sequence number committed to Kafka, if any."""
+    return committed_offsets(consumer, [TopicPartition(state_topic, 0)])[TopicPartition(state_topic, 0)]
+
+
+def end_offsets(consumer: KafkaConsumer, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+    try:
+        return dict(consumer.end_offsets(list(tps)))
+    except Exception as exc:  # noqa: BLE001
+        raise wrap_error(exc, "read end offsets") from exc
+
+
+def read_tail(k: KafkaSection, topic: str, *, key: bytes | None, last: int,
+              timeout_s: float = 10.0) -> list[tuple[int, int, bytes]]:
+    """The last ``last`` records of each partition of ``topic`` with this key.
+
+    Read with ``read_uncommitted``: every record ever produced counts as
+    published, including records of aborted transactions.
+
+    Returns:
+        (partition, offset, value) for matching records, in offset order
+        per partition.
+    """
+    consumer = make_consumer(k, isolation_level="read_uncommitted", group=False,
+                             auto_offset_reset="earliest", max_poll_records=5000, fetch_max_wait_ms=100)
+    try:
+        tps = assign_all(consumer, topic, timeout_s=timeout_s)
+        ends = end_offsets(consumer, tps)
+        starts = dict(consumer.beginning_offsets(tps))
+        for tp in tps:
+            consumer.seek(tp, max(starts.get(tp, 0), ends[tp] - last))
+        out: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + timeout_s
+        # The embedded broker reports the end offset as the base offset of the
+        # last record batch + 1, so "position >= end" is not the end there: read
+        # until the end offsets are reached *and* a poll comes back empty.
+        while True:
+            if time.monotonic() > deadline:
+                raise KafkaIOError(f"timed out reading the tail of {topic!r}", retriable=True,
+                                   action="read tail")
+            batch = consumer.poll(timeout_ms=200)
+            for tp, records in batch.items():
+                out.extend((tp.partition, r.offset, r.value) for r in records
+                           if key is None or r.key == key)
+            if not batch and all(consumer.position(tp) >= ends[tp] for tp in tps):
+                break
+        out.sort()
+        return out
+    except KafkaIOError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise wrap_error(exc, f"read tail of {topic}") from exc
+    finally:
+        consumer.close()
+
+
+@dataclass(frozen=True)
+class OutRecord:
+    """One record a transaction produces."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+    partition: int | None = None
+
+
+@dataclass
+class TransactionalWriter:
+    """Produces a batch of records and offsets as one Kafka transaction.
+
+    ``failpoint`` (tests only) is called with ``"mid_produce"`` after half of
+    the records were sent and flushed and with
+    ``"after_produce_before_commit"`` before the commit.
+    """
+
+    producer: KafkaProducer
+    group_metadata: Callable[[], Any]
+    marker_topic: str
+    failpoint: Callable[[str], None] = field(default=lambda _name: None)
+    in_transaction: bool = False
+
+    def commit(self, records: Sequence[OutRecord], offsets: Mapping[TopicPartition, int], seq: int) -> None:
+        """begin; send every record; send offsets + the checkpoint marker; commit.
+
+        On any error the transaction is aborted (best effort) and a
+        :class:`KafkaIOError` is raised; the caller retries the *same*
+        records (they are journaled), never new ones.
+        """
+        p = self.producer
+        try:
+            p.begin_transaction()
+            self.in_transaction = True
+            half = len(records) // 2
+            futures = []
+            for i, r in enumerate(records):
+                futures.append(p.send(r.topic, key=r.key, value=r.value, headers=list(r.headers) or None,
+                                      partition=r.partition))
+                if i + 1 == half:
+                    p.flush()
+                    self.failpoint("mid_produce")
+            if half == 0:
+                self.failpoint("mid_produce")
+            p.flush()
+            for f in futures:
+                f.get(timeout=0)  # raises the send error, if any
+            commit = {tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()}
+            commit[TopicPartition(self.marker_topic, 0)] = OffsetAndMetadata(seq, "", -1)
+            p.send_offsets_to_transaction(commit, self.group_metadata())
+            self.failpoint("after_produce_before_commit")
+            p.commit_transaction()
+            self.in_transaction = False
+        except Exception as exc:  # noqa: BLE001
+            err = wrap_error(exc, "produce checkpoint transaction")
+            self.abort()
+            raise err from exc
+
+    def abort(self) -> None:
+        """Abort the open transaction, if any (best effort)."""
+        if not self.in_transaction:
+            return
+        self.in_transaction = False
+        try:
+            self.producer.abort_transaction()
+        except Exception:  # noqa: BLE001, S110 - the next init/commit surfaces real problems
+            pass
+
+
+# -- dead-letter and late records ---------------------------------------------
+
+
+def _element_bytes(payload: bytes, element: int, cache: dict[int, Any]) -> bytes | None:
+    """The JSON of one element of an array message (re-encoded), or None."""
+    key = id(payload)
+    if key not in cache:
+        try:
+            cache[key] = json.loads(payload)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            cache[key] = None
+    doc = cache[key]
+    if isinstance(doc, list) and 0 <= element < len(doc):
+        return json.dumps(doc[element], separators=(",", ":")).encode("ascii")
+    return None
+
+
+def rejection_records(rejections: Iterable[Any], *, input_topic: str, stream: str) -> list[tuple[str, bytes, bytes,
+                                                                                                tuple[tuple[str, bytes], ...]]]:
+    """Dead-letter / late records for rejected events: ``(role, key, value, headers)``.
+
+    The value is the original message bytes; for one event inside a JSON
+    array message it is that event's JSON (re-encoded; the header
+    ``dpstream.source.element`` says which), so a bad event in a 500-event
+    message does not copy the other 499. The key is ``partition:offset[:element]``
+    (deterministic: consumers can drop duplicates by key). Headers carry the
+    reason code, a short detail and the source coordinates.
+    """
+    out = []
+    cache: dict[int, Any] = {}
+    for rej in rejections:
+        source = rej.source if isinstance(rej.source, tuple) else (None, None)
+        partition, offset = source[0], source[1]
+        role = "late" if rej.late else "dead_letter"
+        payload = rej.payload if rej.payload is not None else b""
+        value = payload
+        coords = f"{partition}:{offset}"
+        headers = [
+            ("dpstream.reason", rej.reason.encode()),
+            ("dpstream.detail", rej.detail[:200].encode("utf-8", "replace")),
+            ("dpstream.stream", stream.encode()),
+            ("dpstream.source.topic", input_topic.encode()),
+            ("dpstream.source.partition", str(partition).encode()),
+            ("dpstream.source.offset", str(offset).encode()),
+        ]
+        if rej.element is not None:
+            element_value = _element_bytes(payload, int(rej.element), cache)
+            if element_value is not None:
+                value = element_value
+            coords += f":{rej.element}"
+            headers.append(("dpstream.source.element", str(rej.element).encode()))
+        out.append((role, coords.encode(), value, tuple(headers)))
+    return out
+
+
+# -- reading the input topic ----------------------------------------------------
+
+
+class InputReader:
+    """Reads every partition of the input topic, keeping partitions aligned in event time.
+
+    One consumer per partition (all ``read_committed``, no auto-commit,
+    ``auto_offset_reset=none``, assigned — never subscribed — so no group
+    rebalance). Why not one consumer for all partitions: kafka-python returns
+    one partition's fetched records before another's, so after a backlog
+    builds up (a restart, a slow period) one partition runs minutes of event
+    time ahead and its watermark makes the other partitions' events late;
+    pausing partitions to compensate hits a kafka-python bug (a partition
+    paused while its records are buffered is never fetched again after it is
+    resumed). With a consumer per partition the service decides what to read:
+    a partition whose largest event time is more than ``slack_s`` ahead of
+    the slowest partition that still has records to read is not polled until
+    that one catches up (Kafka Streams aligns its tasks the same way). If the
+    slowest partition delivers nothing for ``max_wait_s`` it stops holding the
+    others back: alignment is an optimisation, never a reason to stall.
+    """
+
+    def __init__(self, k: KafkaSection, topic: str, *, slack_s: float, max_wait_s: float = 2.0,
+                 timeout_s: float = 30.0) -> None:
+        self.k = k
+        self.topic = topic
+        self.slack = float(slack_s)
+        self.max_wait = float(max_wait_s)
+        self.control = make_consumer(k)  # group metadata and committed offsets
+        try:
+            parts = assign_all(self.control, topic, timeout_s=timeout_s)
+        except BaseException:
+            self.control.close()
+            raise
+        self.control.assign([])
+        self.tps = parts
+        self.consumers: dict[int, KafkaConsumer] = {}
+        for tp in parts:
+            c = make_consumer(k)
+            c.assign([tp])
+            self.consumers[tp.partition] = c
+        self.times: dict[int, float] = {}
+        self._empty_since: dict[int, float] = {}
+
+    @property
+    def partitions(self) -> list[int]:
+        return [tp.partition for tp in self.tps]
+
+    def group_metadata(self) -> Any:
+        return self.control.group_metadata()
+
+    def seek(self, positions: Mapping[int, int]) -> None:
+        """Position every partition: at ``positions[p]``, or at its beginning."""
+        for tp in self.tps:
+            c = self.consumers[tp.partition]
+            if tp.partition in positions:
+                c.seek(tp, positions[tp.partition])
+            else:
+                c.seek_to_beginning(tp)
+
+    def observe(self, partition: int, max_event_time: float) -> None:
+        if max_event_time > self.times.get(partition, float("-inf")):
+            self.times[partition] = max_event_time
+
+    def _eligible(self, positions: Mapping[int, int], now: float) -> list[int]:
+        if len(self.tps) < 2:
+            return self.partitions
+        lagging = []
+        for tp in self.tps:
+            high = self.consumers[tp.partition].highwater(tp)
+            pos = positions.get(tp.partition)
+            behind = high is None or pos is None or pos < high
+            since = self._empty_since.get(tp.partition)
+            starved = since is not None and now - since > self.max_wait
+            if behind and not starved:
+                lagging.append(tp.partition)
+        if not lagging:
+            return self.partitions
+        floor = min(self.times.get(p, float("-inf")) for p in lagging)
+        eligible = [p for p in self.partitions if self.times.get(p, float("-inf")) <= floor + self.slack]
+        return eligible or self.partitions
+
+    def poll(self, timeout_s: float, max_records: int, positions: Mapping[int, int]) -> list[tuple[int, list[Any]]]:
+        """Records from the eligible partitions, slowest in event time first.
+
+        Raises:
+            KafkaIOError: from the consumer (offset out of range is fatal).
+        """
+        now = time.monotonic()
+        eligible = sorted(self._eligible(positions, now), key=lambda p: self.times.get(p, float("-inf")))
+        out: list[tuple[int, list[Any]]] = []
+        polled: set[int] = set()
+        budget = max_records
+        try:
+            for p in eligible:
+                if budget <= 0:
+                    break
+                polled.add(p)
+                for records in self.consumers[p].poll(timeout_ms=0, max_records=budget).values():
+                    if records:
+                        out.append((p, records))
+                        budget -= len(records)
+            if not out:  # nothing buffered: wait a little on each eligible partition
+                share = max(1, int(timeout_s * 1000 / max(1, len(eligible))))
+                for p in eligible:
+                    polled.add(p)
+                    for records in self.consumers[p].poll(timeout_ms=share, max_records=max_records).values():
+                        if records:
+                            out.append((p, records))
+                    if out:
+                        break
+        except Exception as exc:  # noqa: BLE001
+            raise wrap_error(exc, f"poll {self.topic}") from exc
+        delivered = {p for p, _ in out}
+        for p in self.partitions:
+            if p in polled and p not in delivered:
+                self._empty_since.setdefault(p, now)
+            else:
+                self._empty_since.pop(p, None)
+        return out
+
+    def caught_up(self, positions: Mapping[int, int]) -> bool:
+        """True when every partition was read up to its last known high watermark."""
+        for tp in self.tps:
+            high = self.consumers[tp.partition].highwater(tp)
+            if high is None or positions.get(tp.partition, 0) < high:
+                return False
+        return True
+
+    def committed(self) -> dict[int, int | None]:
+        return {tp.partition: off for tp, off in committed_offsets(self.control, self.tps).items()}
+
+    def end_offsets(self) -> dict[int, int]:
+        return {tp.partition: off for tp, off in end_offsets(self.control, self.tps).items()}
+
+    def close(self) -> None:
+        for c in [*self.consumers.values(), self.control]:
+            try:
+                c.close(autocommit=False)
+            except Exception:  # noqa: BLE001, S110 - best effort on the way out
+                pass
