@@ -237,6 +237,7 @@ class Service:
         if journal is None:
             journal = Journal.create(state_dir, self.stream_id, fingerprint=self.fingerprint,
                                      privacy_view=s.privacy_view())
+        if journal.last_seq == 0:  # nothing published yet: the stream's first checkpoint carries its domain
             self.pending.outputs.append(JournaledOutput("domain", self.stream_id.encode(), self.domain_bytes))
         self.journal = journal
         if plan.truncate_torn:
@@ -248,7 +249,9 @@ class Service:
         for topic in (k.output_topic, k.dead_letter_topic, k.late_topic, k.state_topic):
             self.producer.partitions_for(topic)  # metadata now, not inside the first transaction
         self.writer = TransactionalWriter(self.producer, self.reader.group_metadata, k.state_topic, self.failpoint)
-        if plan.redo is not None:
+        if plan.redo is None:
+            self.writer.warm_up(journal.last_seq)
+        else:
             if not self._commit(plan.redo):
                 raise ServiceError("stopped while re-sending the journaled checkpoint")
             self.metrics.recoveries.inc()
