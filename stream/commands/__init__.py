@@ -13,7 +13,12 @@ the command (also with a message); 130 interrupted.
 
 from __future__ import annotations
 
-__all__ = ["CommandError", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED"]
+import argparse
+
+__all__ = [
+    "CommandError", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED",
+    "positive_int", "non_negative_int",
+]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -27,3 +32,23 @@ class CommandError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def _whole_number(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1."""
+    return _whole_number(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    return _whole_number(text, 0)

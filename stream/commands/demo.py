@@ -27,17 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from stream.commands import positive_int as _positive_int
+
 __all__ = ["register", "run", "demo_config", "TrafficGenerator"]
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:

@@ -12,18 +12,11 @@ import sys
 from typing import Any
 
 from stream.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from stream.commands import non_negative_int as _seed
 
 __all__ = ["register", "run"]
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def _block_mib(text: str) -> int:
