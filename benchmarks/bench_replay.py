@@ -135,8 +135,11 @@ def child(config: str, events_csv: str, output: str, cpu: int) -> None:
         pass
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
+    from stream.allocator import tune_allocator
     from stream.config import load_settings
     from stream.replay import replay
+
+    tune_allocator()  # as `dpstream` does at start-up
 
     settings = load_settings(config, randomness={"seed": 1, "allow_seeded_noise": True})
     samples: list[float] = []

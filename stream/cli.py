@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from stream.allocator import tune_allocator
 from stream.commands import EXIT_FAILURE, EXIT_INTERRUPTED, CommandError
 
 __all__ = ["COMMAND_MODULES", "CommandModuleError", "build_parser", "main"]
@@ -81,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = getattr(args, "handler", None) or getattr(args, "func", None)
     if handler is None:  # pragma: no cover - every command sets one
         parser.error(f"the command {args.command!r} has no handler")
+    tune_allocator()  # numpy temporaries: heap, not fresh page-faulting mappings (stream.allocator)
     try:
         status = handler(args)
     except CommandError as exc:
@@ -92,7 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_FAILURE
     return int(status or 0)
-
 
 
 if __name__ == "__main__":

@@ -567,9 +567,9 @@ def _categorical_codes(attr: CategoricalAttribute, col: Any) -> tuple[np.ndarray
         elif not pa.types.is_string(col.type):
             col = pc.cast(col, pa.string())
         found = pc.index_in(col, value_set=pa.array(attr.values, type=pa.string()))
-        if found.null_count:
-            found = found.fill_null(-1)
-        codes = found.to_numpy(zero_copy_only=False).astype(np.int64)
+        if not found.null_count:  # the usual case: every value listed (int32 codes, no copy)
+            return found.to_numpy(zero_copy_only=False), np.ones(len(found), dtype=bool)
+        codes = found.fill_null(-1).to_numpy(zero_copy_only=False)
         return np.maximum(codes, 0), codes >= 0
     arr = np.asarray(col)
     if arr.dtype.kind == "O":

@@ -47,6 +47,7 @@ from controller.errors import StateError
 from controller.step import decode_array, encode_array
 from histogram.build import bound_contributions, count_bins
 from stream.events import CODE, ValidBatch
+from stream.people import person_hashes, shared_hash_rows
 
 __all__ = ["Grid", "TimestepData", "Windower", "ACCEPTED", "BEFORE_START", "FAR_FUTURE", "LATE"]
 
@@ -127,15 +128,22 @@ class TimestepData:
         """
         if not len(self):
             return np.zeros(bins, dtype=np.int64)
-        enc = pc.dictionary_encode(self.user_id)
-        if per_person == 1 and len(enc.dictionary) == len(self):  # everyone once: nothing to bound
+        # only events sharing a user-id hash with another event can belong to a person with
+        # several events (stream.people); the exact grouping runs on those alone
+        shared = np.flatnonzero(shared_hash_rows(person_hashes(self.user_id)))
+        if not shared.size:  # everyone once: nothing to bound
             return count_bins(self.flat, bins)
+        enc = pc.dictionary_encode(self.user_id.take(pa.array(shared)))
         codes = enc.indices.to_numpy(zero_copy_only=False)
         per_user = np.bincount(codes, minlength=len(enc.dictionary))
         multi = per_user[codes] > per_person
-        idx = np.flatnonzero(multi)
-        keep = bound_contributions(codes[idx], self.flat[idx], self.time[idx], per_person)
-        return count_bins(np.concatenate([self.flat[~multi], self.flat[idx[keep]]]), bins)
+        if not multi.any():
+            return count_bins(self.flat, bins)
+        single = np.ones(len(self), dtype=bool)
+        idx = shared[multi]
+        single[idx] = False
+        keep = bound_contributions(codes[multi], self.flat[idx], self.time[idx], per_person)
+        return count_bins(np.concatenate([self.flat[single], self.flat[idx[keep]]]), bins)
 
 
 class _Buffer:
