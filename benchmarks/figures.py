@@ -11,6 +11,8 @@ figure) and writes ``docs/figures/<figure>.png`` and ``<figure>.json``::
     python benchmarks/figures.py fig4_7      # error vs query range size
     python benchmarks/figures.py fig4_8      # w-event: DSAT vs BD, BA vs w
     python benchmarks/figures.py fig4_9      # w-event: DSAT vs BD, BA vs ε
+    python benchmarks/figures.py noise_floor # not in the thesis: release.noise_floor vs T
+    python benchmarks/figures.py noise_floor_w  # … and under w-event privacy, vs w
     python benchmarks/figures.py all         # all of the above
 
 Every setting also runs the baselines uniform and fixed (w-event: "Sample"),
@@ -57,7 +59,7 @@ from stream.evaluate import evaluate_settings, load_truth, settings_with  # noqa
 from stream.evaluation_metrics import Workload  # noqa: E402
 from stream.generate import census_attributes, generate  # noqa: E402
 
-FIGURES = ("fig4_2", "fig4_3", "fig4_4", "fig4_5", "fig4_6", "fig4_7", "fig4_8", "fig4_9")
+FIGURES = ("fig4_2", "fig4_3", "fig4_4", "fig4_5", "fig4_6", "fig4_7", "fig4_8", "fig4_9", "noise_floor", "noise_floor_w")
 
 
 @dataclass(frozen=True)
@@ -183,24 +185,30 @@ def _workload(s: Settings, truth: np.ndarray, sc: Scale, query_size: int | None 
 
 def _sweep(runner: Runner, sc: Scale, xs: list[Any], cells: dict[str, list[tuple[Workload, Settings, dict[str, Any]]]],
            with_true: tuple[str, ...] = ()) -> dict[str, list[dict[str, Any]]]:
-    """``cells[method][i]`` = (workload, base settings, changes) of x value ``i``; constant cells are shared."""
+    """``cells[name][i]`` = (workload, base settings, changes) of x value ``i``; constant cells are shared.
+
+    A series ``name`` is a method, or ``method+variant`` for the same method
+    under other settings (the variant's changes are in its cells).
+    """
     index: dict[str, list[int]] = {}
     seen: dict[tuple[int, int, str, str], int] = {}
-    for method, row in cells.items():
+    for name, row in cells.items():
+        method = name.split("+", 1)[0]
         idx = []
         for wl, base, changes in row:
             key = (id(wl), id(base), json.dumps(changes, sort_keys=True), method)
             if key not in seen:
                 seen[key] = runner.add(wl, base, changes, method, runs=sc.runs, seed=sc.seed,
-                                       with_true=method in with_true)
+                                       with_true=name in with_true)
             idx.append(seen[key])
-        index[method] = idx
+        index[name] = idx
     results = runner.run()
     series: dict[str, list[dict[str, Any]]] = {}
-    for method, idx in index.items():
-        series[method] = [results[i][method] for i in idx]
-        if method in with_true:
-            series[f"{method}-true"] = [results[i][f"{method}-true"] for i in idx]
+    for name, idx in index.items():
+        method = name.split("+", 1)[0]
+        series[name] = [results[i][method] for i in idx]
+        if name in with_true:
+            series[f"{name}-true"] = [results[i][f"{method}-true"] for i in idx]
     return series
 
 
@@ -233,6 +241,26 @@ def fig4_3(args: argparse.Namespace, sc: Scale, runner: Runner) -> dict[str, Any
     series = _sweep(runner, sc, ts, cells)
     return {"x_name": "threshold T (DSAT: initial T)", "x": ts, "series": series, "facts": facts,
             "title": "Absolute error vs threshold T (census, user-level)", "logx": True}
+
+
+def noise_floor(args: argparse.Namespace, sc: Scale, runner: Runner) -> dict[str, Any]:
+    """Not in the thesis: DSFT and DSAT with ``release.noise_floor`` (threshold measured above the noise)."""
+    s, truth, facts = _census(args, sc)
+    wl = _workload(s, truth, sc)
+    ts = [0.005, 0.025, 0.1, 0.2, 0.4, 0.8, 1.2, 2.0]
+    floor = {"noise_floor": True}
+    cells = {
+        "dsft": [(wl, s, {"release": {"threshold": t}}) for t in ts],
+        "dsft+floor": [(wl, s, {"release": {"threshold": t, **floor}}) for t in ts],
+        "dsat": [(wl, s, {"release": {"threshold": t}}) for t in ts],
+        "dsat+floor": [(wl, s, {"release": {"threshold": t, **floor}}) for t in ts],
+        "fixed": [(wl, s, {})] * len(ts),
+        "uniform": [(wl, s, {})] * len(ts),
+    }
+    series = _sweep(runner, sc, ts, cells)
+    return {"x_name": "threshold T (DSAT: initial T; +floor: above the noise floor)", "x": ts, "series": series,
+            "facts": facts, "title": "release.noise_floor: error vs threshold (census, user-level)", "logx": True,
+            "extra": ("fresh_releases", "fresh releases")}
 
 
 def fig4_4(args: argparse.Namespace, sc: Scale, runner: Runner) -> dict[str, Any]:
@@ -322,6 +350,20 @@ def fig4_9(args: argparse.Namespace, sc: Scale, runner: Runner) -> dict[str, Any
     series = _sweep(runner, sc, eps, cells)
     return {"x_name": "epsilon", "x": eps, "series": series, "facts": {**facts, "w": w},
             "title": f"Query accuracy vs ε (traffic, w-event, w = {w})", "logx": True}
+
+
+def noise_floor_w(args: argparse.Namespace, sc: Scale, runner: Runner) -> dict[str, Any]:
+    """Not in the thesis: w-event DSAT with ``release.noise_floor``, against Fig. 4.8's methods."""
+    s, truth, facts = _traffic(args, sc)
+    wl = _workload(s, truth, sc)
+    n = sc.traffic_n
+    ws = sorted({max(sc.traffic_c, w) for w in (n // 25, n // 6, n // 3, (4 * n) // 5)})
+    names = ("dsat", "dsat+floor", "bd", "fixed", "uniform")
+    cells = {m: [(wl, s, {"privacy": {"w": w, "cutoff": sc.traffic_c},
+                          "release": {"noise_floor": m.endswith("+floor")}}) for w in ws] for m in names}
+    series = _sweep(runner, sc, ws, cells)
+    return {"x_name": "w (timesteps)", "x": ws, "series": series, "facts": facts,
+            "title": "release.noise_floor under w-event privacy (traffic)", "logx": True}
 
 
 # -- output -----------------------------------------------------------------------------------
