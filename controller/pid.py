@@ -148,7 +148,15 @@ class PIDController:
         return replace(state, threshold=threshold, errors=errors, updates=state.updates + 1)
 
     def sampled(self, state: PIDState, timestep: int) -> PIDState:
-        """Record that ``timestep`` was a sampling (fresh) timestep, for the derivative term."""
+        """Record that ``timestep`` was a sampling (fresh) timestep, for the derivative term.
+
+        The error recorded is the one of the latest :meth:`update`. The
+        policies update the controller before every data-driven decision, so
+        that is this timestep's error; the only fresh releases without an
+        update at their own timestep are the first timestep (no error exists
+        yet: 0 is recorded) and the last timestep of the user-level horizon
+        (no later update reads it).
+        """
         last_error = state.errors[-1] if state.errors else 0.0
         return replace(state, last_sample_error=last_error, last_sample_time=timestep)
 

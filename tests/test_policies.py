@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.accountant import WindowAccountant
+from controller.errors import ConfigurationError
 from controller.method import MethodSpec, build_engine
 from controller.pid import PIDController, PIDGains
-from controller.policies.sampling import DistanceSamplingPolicy
+from controller.policies.sampling import DistanceSamplingPolicy, WEventSamplingPolicy
 from controller.units import UserLevel, WEvent
 from histogram.lpa import LaplaceMechanism
 from histogram.noise import Randomness
@@ -324,3 +325,18 @@ def test_w_event_pid_derivative_uses_real_time():
     engine = build_engine(spec, LaplaceMechanism(), BINS)
     _, state = run(engine, stream(30, seed=17))
     assert state.policy.pid.last_sample_time > 5  # real 1-based times, not capped at w
+
+
+@pytest.mark.parametrize(
+    ("policy", "unit", "wrong_unit"),
+    [(DistanceSamplingPolicy, UserLevel(Fraction(1), 100, 5), WEvent(Fraction(1), 10, 2)),
+     (WEventSamplingPolicy, WEvent(Fraction(1), 10, 2), UserLevel(Fraction(1), 100, 5))],
+)
+def test_both_sampling_policies_check_their_parameters_alike(policy, unit, wrong_unit):
+    ok = {"unit": unit, "population": 1000, "threshold": 0.5, "k": Fraction(1, 10)}
+    policy(**ok)
+    for bad, match in [({"unit": wrong_unit}, "needs privacy.unit"), ({"k": Fraction(1)}, "k"),
+                       ({"population": 0}, "population"), ({"threshold": 2.5}, "threshold"),
+                       ({"burn_in": -1}, "burn_in")]:
+        with pytest.raises(ConfigurationError, match=match):
+            policy(**{**ok, **bad})

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 from controller.accountant import Accountant, UserLevelAccountant, WindowAccountant
 from controller.errors import ConfigurationError, StateError
@@ -120,7 +120,66 @@ def _noisy_above(
 
 
 @dataclass(frozen=True)
-class DistanceSamplingPolicy:
+class _SamplingPolicyBase:
+    """What DSFT/DSAT share under both privacy units: parameters, their checks, the PID plumbing."""
+
+    unit: UserLevel | WEvent
+    population: int
+    threshold: float
+    k: Fraction
+    split: Split = "lyu"
+    sensitivity: int = 1
+    adaptive: bool = False
+    pid: PIDController = field(default_factory=PIDController)
+    burn_in: int = 0
+    noise_floor: bool = False
+
+    _unit_type: ClassVar[type] = UserLevel
+    _unit_name: ClassVar[str] = "user-level"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.unit, self._unit_type):
+            raise ConfigurationError(f"{type(self).__name__} needs privacy.unit = {self._unit_name}")
+        if not 0 < self.k < 1:
+            raise ConfigurationError(f"k (decision share) must lie strictly between 0 and 1, got {self.k}")
+        if self.population < 1:
+            raise ConfigurationError(f"population must be >= 1, got {self.population}")
+        if not 0 <= self.threshold <= 2:
+            raise ConfigurationError(f"threshold T must lie in [0, 2] (normalised L1), got {self.threshold}")
+        if self.burn_in < 0:
+            raise ConfigurationError(f"burn_in must be >= 0, got {self.burn_in}")
+
+    @property
+    def name(self) -> str:
+        return "dsat" if self.adaptive else "dsft"
+
+    def reset(self) -> SamplingState:
+        return SamplingState(pid=self.pid.reset() if self.adaptive else None)
+
+    def public_threshold(self, state: SamplingState) -> float:
+        return state.pid.threshold if (self.adaptive and state.pid is not None) else self.threshold
+
+    def _threshold_with_floor(self, state: SamplingState, ctx: DecisionContext) -> Fraction:
+        """The public threshold in counts (plus the public noise floor when enabled)."""
+        threshold = _threshold_counts(self.public_threshold(state), self.population)
+        if self.noise_floor:
+            threshold += _noise_floor(ctx)
+        return threshold
+
+    def _record_fresh(self, state: SamplingState, timestep: int) -> SamplingState:
+        if self.adaptive and state.pid is not None:
+            return replace(state, pid=self.pid.sampled(state.pid, timestep + 1))
+        return state
+
+    def state_to_json(self, state: SamplingState) -> dict[str, Any]:
+        return state.to_json()
+
+    def state_from_json(self, data: dict[str, Any]) -> SamplingState:
+        return SamplingState.from_json(data)
+
+
+@dataclass(frozen=True)
+class DistanceSamplingPolicy(_SamplingPolicyBase):
     """DSFT (``adaptive=False``) or DSAT (``adaptive=True``) under user-level privacy.
 
     Attributes:
@@ -138,31 +197,6 @@ class DistanceSamplingPolicy:
     """
 
     unit: UserLevel
-    population: int
-    threshold: float
-    k: Fraction
-    split: Split = "lyu"
-    sensitivity: int = 1
-    adaptive: bool = False
-    pid: PIDController = field(default_factory=PIDController)
-    burn_in: int = 0
-    noise_floor: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.unit, UserLevel):
-            raise ConfigurationError("DistanceSamplingPolicy needs privacy.unit = user-level")
-        if not 0 < self.k < 1:
-            raise ConfigurationError(f"k (decision share) must lie strictly between 0 and 1, got {self.k}")
-        if self.population < 1:
-            raise ConfigurationError(f"population must be >= 1, got {self.population}")
-        if not 0 <= self.threshold <= 2:
-            raise ConfigurationError(f"threshold T must lie in [0, 2] (normalised L1), got {self.threshold}")
-        if self.burn_in < 0:
-            raise ConfigurationError(f"burn_in must be >= 0, got {self.burn_in}")
-
-    @property
-    def name(self) -> str:
-        return "dsat" if self.adaptive else "dsft"
 
     @property
     def epsilon_decision(self) -> Fraction:
@@ -186,12 +220,6 @@ class DistanceSamplingPolicy:
 
     def new_accountant(self) -> Accountant:
         return UserLevelAccountant(self.unit.epsilon)
-
-    def reset(self) -> SamplingState:
-        return SamplingState(pid=self.pid.reset() if self.adaptive else None)
-
-    def public_threshold(self, state: SamplingState) -> float:
-        return state.pid.threshold if (self.adaptive and state.pid is not None) else self.threshold
 
     def decide(self, state: SamplingState, ctx: DecisionContext) -> tuple[Decision, SamplingState]:
         t, horizon, cutoff = ctx.timestep, self.unit.horizon, self.unit.cutoff
@@ -220,10 +248,7 @@ class DistanceSamplingPolicy:
             instance = SVTInstance(rho, entry.seq)
         else:
             ctx.accountant.extend(instance.seq, t)
-        threshold = _threshold_counts(self.public_threshold(state), self.population)
-        if self.noise_floor:
-            threshold += _noise_floor(ctx)
-        above = _noisy_above(ctx, calibration, instance.rho, threshold)
+        above = _noisy_above(ctx, calibration, instance.rho, self._threshold_with_floor(state, ctx))
         state = replace(state, queries=state.queries + 1)
         if above:
             instance = replace(instance, positives=instance.positives + 1)
@@ -231,15 +256,7 @@ class DistanceSamplingPolicy:
         return REPUBLISH, replace(state, instance=instance)
 
     def on_fresh(self, state: SamplingState, timestep: int) -> SamplingState:
-        if self.adaptive and state.pid is not None:
-            return replace(state, pid=self.pid.sampled(state.pid, timestep + 1))
-        return state
-
-    def state_to_json(self, state: SamplingState) -> dict[str, Any]:
-        return state.to_json()
-
-    def state_from_json(self, data: dict[str, Any]) -> SamplingState:
-        return SamplingState.from_json(data)
+        return self._record_fresh(state, timestep)
 
     def describe(self) -> dict[str, Any]:
         cal = self.calibration
@@ -260,33 +277,14 @@ class DistanceSamplingPolicy:
 
 
 @dataclass(frozen=True)
-class WEventSamplingPolicy:
+class WEventSamplingPolicy(_SamplingPolicyBase):
     """DSAT (or DSFT with ``adaptive=False``) under w-event privacy (Alg. 9, made sound)."""
 
     unit: WEvent
-    population: int
-    threshold: float
-    k: Fraction
-    split: Split = "lyu"
-    sensitivity: int = 1
     adaptive: bool = True
-    pid: PIDController = field(default_factory=PIDController)
-    burn_in: int = 0
-    noise_floor: bool = False
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.unit, WEvent):
-            raise ConfigurationError("WEventSamplingPolicy needs privacy.unit = w-event")
-        if not 0 < self.k < 1:
-            raise ConfigurationError(f"k (decision share) must lie strictly between 0 and 1, got {self.k}")
-        if self.population < 1:
-            raise ConfigurationError(f"population must be >= 1, got {self.population}")
-        if not 0 <= self.threshold <= 2:
-            raise ConfigurationError(f"threshold T must lie in [0, 2] (normalised L1), got {self.threshold}")
-
-    @property
-    def name(self) -> str:
-        return "dsat" if self.adaptive else "dsft"
+    _unit_type: ClassVar[type] = WEvent
+    _unit_name: ClassVar[str] = "w-event"
 
     @property
     def per_instance(self) -> Fraction:
@@ -304,9 +302,6 @@ class WEventSamplingPolicy:
 
     def new_accountant(self) -> Accountant:
         return WindowAccountant(self.unit.epsilon, self.unit.w)
-
-    def reset(self) -> SamplingState:
-        return SamplingState(pid=self.pid.reset() if self.adaptive else None)
 
     def _window_fresh(self, state: SamplingState, t: int) -> tuple[int, ...]:
         return tuple(s for s in state.recent_fresh if s > t - self.unit.w)
@@ -352,11 +347,7 @@ class WEventSamplingPolicy:
             entry = acct.spend(t, self.per_instance, "decision")
             instance = SVTInstance(int(ctx.noise.discrete_laplace(calibration.threshold_scale)), entry.seq)
         assert instance is not None
-        public = state.pid.threshold if (self.adaptive and state.pid is not None) else self.threshold
-        threshold = _threshold_counts(public, self.population)
-        if self.noise_floor:
-            threshold += _noise_floor(ctx)
-        above = _noisy_above(ctx, calibration, instance.rho, threshold)
+        above = _noisy_above(ctx, calibration, instance.rho, self._threshold_with_floor(state, ctx))
         state = replace(state, queries=state.queries + 1)
         if above:  # AboveThreshold halts: the next query starts a new instance
             return fresh(self.per_release, "distance above threshold"), replace(state, instance=None)
@@ -364,15 +355,7 @@ class WEventSamplingPolicy:
 
     def on_fresh(self, state: SamplingState, timestep: int) -> SamplingState:
         state = replace(state, recent_fresh=self._window_fresh(state, timestep) + (timestep,))
-        if self.adaptive and state.pid is not None:
-            state = replace(state, pid=self.pid.sampled(state.pid, timestep + 1))
-        return state
-
-    def state_to_json(self, state: SamplingState) -> dict[str, Any]:
-        return state.to_json()
-
-    def state_from_json(self, data: dict[str, Any]) -> SamplingState:
-        return SamplingState.from_json(data)
+        return self._record_fresh(state, timestep)
 
     def describe(self) -> dict[str, Any]:
         cal = self.calibration
