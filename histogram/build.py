@@ -21,6 +21,7 @@ import numpy as np
 
 from histogram.domain import Domain
 from histogram.errors import DomainError
+from histogram.grouping import single_rows
 
 __all__ = ["BuiltHistogram", "build_histogram", "bound_contributions", "count_bins"]
 
@@ -76,15 +77,34 @@ def bound_contributions(
 
     The kept row is the one with the smallest ``(order_key, flat_index)``; among
     rows equal on both (same person, same time, same bin — the counts do not
-    depend on which) the first in input order. One sort by person, then
-    segment minima (``ufunc.reduceat``); integer ids skip the ``np.unique``.
+    depend on which) the first in input order. Rows whose person has no other
+    row are found by hashing ids (:func:`histogram.grouping.single_rows`) and
+    kept; the others get one sort by person, then segment minima
+    (``ufunc.reduceat``).
     """
     n = len(user_ids)
     if per_person < 1:
         raise DomainError(f"per_person must be >= 1, got {per_person}")
     if n == 0:
         return np.zeros(0, dtype=bool)
-    codes = _user_codes(np.asarray(user_ids))
+    ids = np.asarray(user_ids)
+    # rows that are certainly their person's only row are kept; only the others need grouping
+    single = single_rows(ids)
+    if single.all():
+        return np.ones(n, dtype=bool)
+    if single.any():
+        rest = np.flatnonzero(~single)
+        keep = np.ones(n, dtype=bool)
+        keep[rest] = _bound(_user_codes(ids[rest]), np.asarray(flat_index)[rest],
+                            None if order_key is None else np.asarray(order_key)[rest], per_person)
+        return keep
+    return _bound(_user_codes(ids), flat_index, order_key, per_person)
+
+
+def _bound(codes: np.ndarray, flat_index: np.ndarray, order_key: np.ndarray | None, per_person: int) -> np.ndarray:
+    """:func:`bound_contributions` on integer person codes (every row possibly shared)."""
+    n = codes.size
+    flat_index = np.asarray(flat_index)
     if per_person > 1:
         keys = [np.arange(n), flat_index]
         if order_key is not None:

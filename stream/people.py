@@ -8,7 +8,7 @@ a replay after CSV parsing. Instead:
 
 1. :func:`person_hashes` gives each event a 64-bit hash of its user id's
    UTF-8 bytes (vectorised over the raw Arrow buffers, eight bytes at a time);
-2. :func:`shared_hash_rows` sorts the hashes: an event whose hash no other
+2. :func:`histogram.grouping.shared_hash_rows` sorts the hashes: an event whose hash no other
    event has is certainly the only event of its person (equal ids have equal
    hashes), so only the events with a shared hash (people with several
    events, plus rare collisions) go through the exact dictionary encoding.
@@ -22,12 +22,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["person_hashes", "shared_hash_rows"]
+from histogram.grouping import MULTIPLY, finish_hashes
+
+__all__ = ["person_hashes"]
 
 _MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
-_MULTIPLY = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constants (golden ratio; murmur3 finaliser)
-_FINAL = np.uint64(0xFF51AFD7ED558CCD)
-_SHIFT = np.uint64(29)
 
 
 def _buffers(ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -85,38 +84,8 @@ def person_hashes(ids: pa.Array) -> np.ndarray:
         x |= hi
         x &= _MASKS[np.minimum(left, 8)]
         if rows is None:
-            h *= _MULTIPLY
+            h *= MULTIPLY
             h ^= x
         else:
-            h[rows] = h[rows] * _MULTIPLY ^ x
-    h *= _FINAL
-    h ^= h >> _SHIFT
-    return h
-
-
-def shared_hash_rows(hashes: np.ndarray) -> np.ndarray:
-    """Boolean mask of the rows whose hash occurs more than once.
-
-    A row outside the mask is the only row of its person (exactly: equal
-    ids have equal hashes).
-    """
-    n = hashes.size
-    if n < 2:
-        return np.zeros(n, dtype=bool)
-    s = np.sort(hashes)
-    repeated = s[1:] == s[:-1]
-    if not repeated.any():
-        return np.zeros(n, dtype=bool)
-    shared = np.unique(s[1:][repeated])
-    # prefilter through a bitmap of the top bits (about 64 slots per shared hash): searchsorted
-    # over every row was measured 10x slower than this bitmap and a search over the few passing
-    bits = min(max(int(shared.size * 64).bit_length(), 8), 26)
-    slot_shift = np.uint64(64 - bits)
-    bitmap = np.zeros(1 << bits, dtype=bool)
-    bitmap[(shared >> slot_shift).astype(np.intp)] = True
-    maybe = np.flatnonzero(bitmap[(hashes >> slot_shift).astype(np.intp)])
-    pos = np.searchsorted(shared, hashes[maybe])
-    np.minimum(pos, shared.size - 1, out=pos)
-    out = np.zeros(n, dtype=bool)
-    out[maybe[shared[pos] == hashes[maybe]]] = True
-    return out
+            h[rows] = h[rows] * MULTIPLY ^ x
+    return finish_hashes(h)

@@ -46,8 +46,9 @@ import pyarrow.compute as pc
 from controller.errors import StateError
 from controller.step import decode_array, encode_array
 from histogram.build import bound_contributions, count_bins
+from histogram.grouping import shared_hash_rows
 from stream.events import CODE, ValidBatch
-from stream.people import person_hashes, shared_hash_rows
+from stream.people import person_hashes
 
 __all__ = ["Grid", "TimestepData", "Windower", "ACCEPTED", "BEFORE_START", "FAR_FUTURE", "LATE"]
 

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from histogram.build import build_histogram
+from histogram.grouping import shared_hash_rows
 from stream.allocator import tune_allocator
-from stream.people import person_hashes, shared_hash_rows
+from stream.people import person_hashes
 from stream.windowing import TimestepData
 
 
@@ -122,3 +123,39 @@ def test_tune_allocator_applies_on_glibc_and_defers_to_the_environment(monkeypat
     if sys.platform.startswith("linux"):
         assert result.applied, result.reason
         assert result.mmap_threshold == 32 << 20
+
+
+def test_fixed_width_hashes_and_single_rows_on_numpy_ids():
+    from histogram.grouping import fixed_width_hashes, single_rows
+
+    ids = np.array(["a", "bb", "a", "ccc" * 5, "é", "bb"])
+    h = fixed_width_hashes(ids)
+    assert h[0] == h[2] and h[1] == h[5] and np.unique(h).size == 4
+    b = fixed_width_hashes(np.array([b"ab", b"abc", b"ab", b"x" * 20]))
+    assert b[0] == b[2] and np.unique(b).size == 3
+    assert single_rows(ids).tolist() == [False, False, False, True, True, False]
+    assert single_rows(np.array([3, 1, 3, 2**40])).tolist() == [False, True, False, True]
+    assert not single_rows(np.array(["x", "y"], dtype=object)).any()  # objects: unsure, never wrong
+    with pytest.raises(TypeError, match="numpy str or bytes"):
+        fixed_width_hashes(np.array([1.0]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    people=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=10, unique=True),
+    rows=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 5), st.integers(0, 3)), min_size=1, max_size=60),
+    per_person=st.integers(1, 3),
+    kind=st.sampled_from(["U", "O", "int"]),
+)
+def test_bound_contributions_equals_the_reference_for_every_id_kind(people, rows, per_person, kind):
+    from histogram.build import bound_contributions
+
+    uid = [people[p % len(people)] for p, _, _ in rows]
+    ids = {"U": np.array(uid), "O": np.array(uid, dtype=object),
+           "int": np.array([people.index(u) * 7919 for u in uid])}[kind]
+    flat = np.array([b for _, b, _ in rows], dtype=np.int64)
+    time = np.array([t for _, _, t in rows], dtype=np.float64)
+    keep = bound_contributions(ids, flat, time, per_person)
+    got = np.bincount(flat[keep], minlength=6)
+    codes = np.unique(np.array(uid, dtype=object), return_inverse=True)[1]
+    assert got.tolist() == build_histogram_reference(codes, flat, time, per_person).tolist()
