@@ -82,6 +82,7 @@ REASONS: tuple[str, ...] = (
     "out_of_domain",
     "oversized",
     "too_many_events",
+    "empty_message",
     "far_future",
     "before_start",
     "timestep_sealed",
@@ -672,6 +673,15 @@ def _first_match(tp: Any) -> Any:
     return Annotated[tp, Field(union_mode="left_to_right")]
 
 
+# What pydantic returns per field (the columns below rely on it):
+# * user id: str, or int (read later as its decimal string);
+# * event time and numeric attributes: float — strict floats take JSON integers too, converted
+#   like float() (beyond the float range: ±inf, later ``non_finite``) — or str (for a time:
+#   parsed later; for a numeric attribute: ``wrong_type`` later); numeric attributes may be None;
+# * categorical attributes: str, int or float (compared as their text later), or None.
+_USER_ID = _first_match(StrictStr | StrictInt)
+_TIME = _first_match(StrictFloat | StrictStr)
+_NUMBER = _first_match(StrictFloat | StrictStr | None)
 _SCALAR = _first_match(StrictStr | StrictInt | StrictFloat | None)
 
 
@@ -682,15 +692,12 @@ def _event_type(domain: Domain, user_field: str, time_field: str) -> Any:
     others, so an unknown attribute is an error located at
     ``("attributes", name)``; a missing one is None (→ ``missing_field`` later).
     """
-    attributes = TypedDict("EventAttributes", dict.fromkeys(domain.names, _SCALAR), total=False)  # type: ignore[misc]
+    fields = {a.name: _NUMBER if a.kind == "numeric" else _SCALAR for a in domain.attributes}
+    attributes = TypedDict("EventAttributes", fields, total=False)  # type: ignore[misc]
     attributes.__pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[attr-defined]
     event = TypedDict(  # type: ignore[misc]
         "Event",
-        {
-            user_field: _first_match(StrictStr | StrictInt),
-            time_field: _first_match(StrictInt | StrictFloat | StrictStr),
-            "attributes": attributes,
-        },
+        {user_field: _USER_ID, time_field: _TIME, "attributes": attributes},
     )
     event.__pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[attr-defined]
     return event
@@ -700,6 +707,8 @@ _PYDANTIC_REASON = {
     "missing": "missing_field",
     "extra_forbidden": "unknown_attribute",
 }
+#: What pyarrow raises when a Python list does not convert to the requested type.
+_ARROW_ERRORS = (pa.ArrowException, OverflowError, TypeError, ValueError)
 
 
 @dataclass(frozen=True, eq=False)
@@ -710,21 +719,70 @@ class Decoded:
     rejections: Rejections = field(default_factory=Rejections.empty)
 
 
+_CONSTANTS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
 def _constant(name: str) -> float:
-    return float(name.replace("Infinity", "inf"))
+    """``json.loads`` hook for the non-standard ``NaN``/``Infinity`` tokens (→ ``non_finite`` later)."""
+    return _CONSTANTS[name]
 
 
-def _to_float(v: Any) -> float:
+def _text(v: Any) -> str:
+    """A non-string JSON scalar as text (``1`` → ``"1"``, ``1.0`` → ``"1.0"``)."""
+    return v if isinstance(v, str) else repr(v)
+
+
+def _user_id_column(values: list[Any]) -> pa.Array:
     try:
-        return float(v)
-    except OverflowError:
-        return math.inf if v > 0 else -math.inf
+        return pa.array(values, type=pa.string())
+    except _ARROW_ERRORS:  # integer ids: their decimal strings
+        return pa.array([u if isinstance(u, str) else str(u) for u in values], type=pa.string())
 
 
-def _time_text(t: Any) -> str:
-    if isinstance(t, str):
-        return t
-    return repr(float(t)) if isinstance(t, float) else str(t)
+def _time_column(values: list[Any]) -> pa.Array:
+    """float64 when every time is a number, else strings (parsed by :func:`parse_times`)."""
+    try:
+        return pa.array(values, type=pa.float64())
+    except _ARROW_ERRORS:
+        pass
+    try:
+        return pa.array(values, type=pa.string())
+    except _ARROW_ERRORS:  # numbers and strings mixed
+        return pa.array([_text(t) for t in values], type=pa.string())
+
+
+def _number_column(values: list[Any]) -> pa.Array:
+    """A numeric attribute: float64 (nulls: missing) or, when some value is a string, strings in
+    which those cannot parse (``wrong_type``)."""
+    try:
+        return pa.array(values, type=pa.float64())
+    except _ARROW_ERRORS:
+        return pa.array([None if v is None else ("\x00" if isinstance(v, str) else repr(v)) for v in values],
+                        type=pa.string())
+
+
+def _category_column(values: list[Any]) -> pa.Array:
+    try:
+        return pa.array(values, type=pa.string())
+    except _ARROW_ERRORS:
+        return pa.array([None if v is None else _text(v) for v in values], type=pa.string())
+
+
+def _join(pieces: list[pa.Array], *, numbers_as_numpy: bool) -> Any:
+    """One column from per-chunk pieces. All float64: float64 (numpy when there is no null and
+    ``numbers_as_numpy``); otherwise strings, the numbers formatted by Arrow (shortest text
+    that parses back to the same double, so values are unchanged)."""
+    if all(p.type == pa.float64() for p in pieces):
+        arr = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+        return arr.to_numpy(zero_copy_only=False) if numbers_as_numpy and not arr.null_count else arr
+    strings = [p if p.type == pa.string() else pc.cast(p, pa.string()) for p in pieces]
+    return strings[0] if len(strings) == 1 else pa.concat_arrays(strings)
+
+
+#: Validated events become columns in chunks of about this many, right after pydantic made them
+#: (while they are in the CPU cache; then they are freed, so a poll's events never all live as
+#: Python dicts at once). Measured: ~0.9 µs per event less than converting a 50,000-event poll at once.
+_CHUNK_EVENTS = 256
 
 
 class EventDecoder:
@@ -733,15 +791,23 @@ class EventDecoder:
     Message-level reasons: ``oversized`` (more than ``service.max_message_bytes``
     bytes; not parsed), ``malformed_json`` (not UTF-8 JSON), ``not_an_object``
     (neither an object nor an array; or an array element that is not an
-    object), ``too_many_events`` (an array longer than
+    object), ``empty_message`` (an empty array: no event, but the message is
+    not dropped silently), ``too_many_events`` (an array longer than
     ``service.max_events_per_message``). Event-level structure (pydantic):
     ``missing_field``, ``unknown_attribute`` (a top-level key or attribute the
     config does not know), ``wrong_type``. Values are checked later, by
-    :func:`validate_batch`, exactly as for CSV input.
+    :func:`validate_batch`, exactly as for CSV input. So every message either
+    yields events (each accepted or rejected later) or one message-level
+    rejection.
 
     Speed: a well-formed message is parsed and validated by pydantic in one
-    call (``validate_json``, in Rust); only a message with an error goes
-    through the per-event Python path that finds each event's reason.
+    call (``validate_json``, in Rust); every :data:`_CHUNK_EVENTS` validated
+    events become Arrow columns by one pyarrow conversion (in C++; a chunk
+    with a column whose values are not all of its usual type takes a Python
+    pass for that chunk). Only a message with an error goes through the
+    per-event Python path that finds each event's reason. Measured on 2
+    cores: ~5 µs per event in 500-event messages, ~8 µs per single-event
+    message, about two thirds of it pydantic.
     """
 
     def __init__(
@@ -763,6 +829,12 @@ class EventDecoder:
         event = _event_type(domain, user_id, event_time)
         self._one = TypeAdapter(event)
         self._many = TypeAdapter(list[event])  # type: ignore[valid-type]
+        # what pydantic returns in the usual case, as one Arrow type (one C++ conversion per chunk)
+        self._struct = pa.struct([
+            (user_id, pa.string()), (event_time, pa.float64()),
+            ("attributes", pa.struct([(a.name, pa.float64() if a.kind == "numeric" else pa.string())
+                                      for a in domain.attributes])),
+        ])
 
     @classmethod
     def from_settings(cls, settings: Any) -> EventDecoder:
@@ -774,19 +846,6 @@ class EventDecoder:
             max_events_per_message=settings.service.max_events_per_message,
         )
 
-    def _fast(self, payload: bytes) -> list[Any] | None:
-        """All events of a well-formed message, or None (then the slow path finds the reasons)."""
-        head = payload[:64].lstrip()[:1]
-        try:
-            if head == b"[":
-                events = self._many.validate_json(payload)
-                return events if len(events) <= self.max_events else None
-            if head == b"{":
-                return [self._one.validate_json(payload)]
-        except ValidationError:
-            return None
-        return None
-
     def _event(self, obj: Any) -> tuple[Any, str, str]:
         if not isinstance(obj, dict):
             return None, "not_an_object", f"an event must be a JSON object, got {type(obj).__name__}"
@@ -795,7 +854,8 @@ class EventDecoder:
         except ValidationError as exc:
             err = exc.errors()[0]
             loc = [str(p) for p in err.get("loc", ())]
-            name = ".".join(loc[:2]) if loc else "event"
+            # a field, or attributes.<name> (not the union member pydantic tried last)
+            name = ".".join(loc[:2]) if loc[:1] == ["attributes"] else (loc[0] if loc else "event")
             reason = _PYDANTIC_REASON.get(err.get("type", ""), "wrong_type")
             what = {"missing_field": "is missing", "unknown_attribute": "is not a known field",
                     "wrong_type": "has the wrong type"}[reason]
@@ -809,6 +869,9 @@ class EventDecoder:
             reject("malformed_json", f"not valid JSON: {type(exc).__name__}", m, None, None)
             return [], row
         if isinstance(doc, list):
+            if not doc:
+                reject("empty_message", _EMPTY, m, None, None)
+                return [], row
             if len(doc) > self.max_events:
                 reject("too_many_events", f"{len(doc)} events exceed the limit of {self.max_events}", m, None, None)
                 return [], row
@@ -838,70 +901,103 @@ class EventDecoder:
         of that message, e.g. ``(partition, offset)``.
         """
         rejected: list[Rejection] = []
+        payloads = [p if type(p) is bytes else bytes(p) for p in payloads]
         src = list(sources) if sources is not None else [None] * len(payloads)
-        events: list[Any] = []
-        msg_idx: list[int] = []
-        elem_idx: list[int] = []
-        rows: list[int] = []
+        one, many = self._one.validator.validate_json, self._many.validator.validate_json
+        max_bytes, max_events = self.max_message_bytes, self.max_events
+        pending: list[Any] = []  # validated events not yet turned into columns
+        pieces: list[list[pa.Array]] = []  # per chunk: user id, time, then one per attribute
+        # runs of consecutive events of one message: message, length, first element (-1: a
+        # single-event message), first row (four lists: ~10x cheaper to array than tuples)
+        run_msg: list[int] = []
+        run_len: list[int] = []
+        run_elem: list[int] = []
+        run_row: list[int] = []
         row = first_row
 
         def reject(reason: str, detail: str, m: int, element: int | None, r: int | None) -> None:
-            rejected.append(Rejection(reason, detail, r, bytes(payloads[m]), src[m], element))
+            rejected.append(Rejection(reason, detail, r, payloads[m], src[m], element))
 
         for m, payload in enumerate(payloads):
-            payload = bytes(payload)
-            if len(payload) > self.max_message_bytes:
-                reject("oversized", f"message of {len(payload)} bytes exceeds {self.max_message_bytes}", m, None, None)
+            if len(payload) > max_bytes:
+                reject("oversized", f"message of {len(payload)} bytes exceeds {max_bytes}", m, None, None)
                 continue
-            fast = self._fast(payload)
-            if fast is not None:
-                k = len(fast)
-                events.extend(fast)
-                msg_idx.extend([m] * k)
-                elem_idx.extend([-1] if payload.lstrip()[:1] == b"{" else range(k))
-                rows.extend(range(row, row + k))
+            # the fast path: the whole message validated by pydantic in one call
+            head = payload[:1]
+            if head != b"{" and head != b"[":
+                head = payload[:64].lstrip()[:1]
+            k = -1
+            try:
+                if head == b"{":
+                    pending.append(one(payload))
+                    k = 1
+                elif head == b"[":
+                    events = many(payload)
+                    if not events:
+                        reject("empty_message", _EMPTY, m, None, None)
+                        continue
+                    if len(events) <= max_events:
+                        pending.extend(events)
+                        k = len(events)
+            except ValidationError:
+                pass
+            if k > 0:
+                run_msg.append(m)
+                run_len.append(k)
+                run_elem.append(-1 if head == b"{" else 0)
+                run_row.append(row)
                 row += k
-                continue
-            found, row = self._slow(payload, m, reject, row)
-            for element, ev, r in found:
-                events.append(ev)
-                msg_idx.append(m)
-                elem_idx.append(-1 if element is None else element)
-                rows.append(r)
-        return Decoded(self._columns(events, msg_idx, elem_idx, rows, payloads, src), Rejections.from_list(rejected))
-
-    def _columns(self, events: list[Any], msg_idx: list[int], elem_idx: list[int], rows: list[int],
-                 payloads: Sequence[bytes], src: list[Any]) -> EventBatch:
-        n = len(events)
-        uf, tf = self.user_field, self.time_field
-        uids = [u if isinstance(u, str) else str(u) for u in (e[uf] for e in events)]
-        times = [e[tf] for e in events]
-        if all(not isinstance(t, str) for t in times):
-            time_col: Any = np.array([_to_float(t) for t in times], dtype=np.float64) if n else np.zeros(0)
-        else:
-            time_col = pa.array([_time_text(t) for t in times], type=pa.string())
-        cols: dict[str, Any] = {}
-        attrs = [e["attributes"] for e in events]
-        for name, numeric in zip(self._names, self._numeric, strict=True):
-            vals = [a.get(name) for a in attrs]
-            if numeric:
-                if all(isinstance(v, int | float) for v in vals):
-                    cols[name] = np.array([_to_float(v) for v in vals], dtype=np.float64) if n else np.zeros(0)
-                else:  # strings or nulls in a numeric attribute: wrong type / missing
-                    cols[name] = pa.array(
-                        [None if v is None else ("\x00" if isinstance(v, str) else repr(_to_float(v)))
-                         for v in vals], type=pa.string())
-            else:
-                cols[name] = pa.array(
-                    [None if v is None else (v if isinstance(v, str) else repr(v)) for v in vals], type=pa.string())
-        return EventBatch(
-            pa.array(uids, type=pa.string()),
-            time_col,
-            cols,
-            np.asarray(rows, dtype=np.int64),
+            else:  # the per-event path says what is wrong
+                found, row = self._slow(payload, m, reject, row)
+                for element, ev, r in found:
+                    pending.append(ev)
+                    run_msg.append(m)
+                    run_len.append(1)
+                    run_elem.append(-1 if element is None else element)
+                    run_row.append(r)
+            if len(pending) >= _CHUNK_EVENTS:
+                pieces.append(self._chunk(pending))
+                pending = []
+        if pending or not pieces:
+            pieces.append(self._chunk(pending))
+        lengths = np.asarray(run_len, dtype=np.int64)
+        starts = np.cumsum(lengths) - lengths
+        within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
+        first_element = np.repeat(np.asarray(run_elem, dtype=np.int64), lengths)
+        columns = [list(c) for c in zip(*pieces, strict=True)]
+        batch = EventBatch(
+            _join(columns[0], numbers_as_numpy=False),
+            _join(columns[1], numbers_as_numpy=True),
+            {name: _join(col, numbers_as_numpy=True) for name, col in zip(self._names, columns[2:], strict=True)},
+            np.repeat(np.asarray(run_row, dtype=np.int64), lengths) + within,
             frozenset(),
-            np.asarray(msg_idx, dtype=np.int64),
-            np.asarray(elem_idx, dtype=np.int64),
-            [bytes(p) for p in payloads],
+            np.repeat(np.asarray(run_msg, dtype=np.int64), lengths),
+            np.where(first_element < 0, -1, first_element + within),
+            payloads,
             src,
         )
+        return Decoded(batch, Rejections.from_list(rejected))
+
+    def _chunk(self, events: list[Any]) -> list[pa.Array]:
+        """Validated events → Arrow columns: user id, event time, then one per attribute.
+
+        The usual case is one C++ conversion into :attr:`_struct`; a chunk with a column whose
+        values are not all of its usual type (integer user ids, ISO-8601 times, a string in a
+        numeric attribute, …) takes a Python pass per column (see the type notes above
+        :data:`_USER_ID`).
+        """
+        try:
+            arr = pa.array(events, type=self._struct)
+        except _ARROW_ERRORS:
+            uf, tf = self.user_field, self.time_field
+            columns = [_user_id_column([e[uf] for e in events]), _time_column([e[tf] for e in events])]
+            attributes = [e["attributes"] for e in events]
+            for name, numeric in zip(self._names, self._numeric, strict=True):
+                values = [a.get(name) for a in attributes]
+                columns.append(_number_column(values) if numeric else _category_column(values))
+            return columns
+        attrs = arr.field(2)
+        return [arr.field(0), arr.field(1), *(attrs.field(i) for i in range(len(self._names)))]
+
+
+_EMPTY = "the message is an empty JSON array: it holds no event"

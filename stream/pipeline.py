@@ -65,7 +65,7 @@ Recall = Callable[[int], "Mapping[str, Any] | None"]
 
 _STATUS_DETAIL = {
     "before_start": "the event is before stream.start",
-    "far_future": "the event is later than max(largest event time, now) + stream.max_future",
+    "far_future": "the event is later than the largest event time (or, when caught up, the clock) + stream.max_future",
     "timestep_sealed": "the event's timestep is already sealed",
 }
 _STATUS_TEXTS = tuple(_STATUS_DETAIL.values())

@@ -57,6 +57,7 @@ from collections import Counter as TallyCounter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -116,6 +117,10 @@ class Failpoints:
             if name not in FAILPOINTS:
                 raise ValueError(f"unknown failpoint {name!r}; choose from {', '.join(FAILPOINTS)}")
             self._targets[name] = int(nth or 1)
+
+    def wants(self, name: str) -> bool:
+        """Whether ``name`` is armed (lets callers skip work that only a failpoint needs)."""
+        return name in self._targets
 
     def __call__(self, name: str) -> None:
         if name in self._targets:
@@ -316,9 +321,10 @@ class Service:
         assert self.pipeline is not None
         while not self.stop.is_set():
             self.health.tick()
+            live = self.reader is not None and self.reader.caught_up(self.positions)
             batch = self._poll()
             if batch:
-                self._ingest(batch)
+                self._ingest(batch, live=live)
             self._seal()
             if self._due() and not self._checkpoint():
                 break
@@ -345,23 +351,31 @@ class Service:
             self.stop.wait(0.5)
             return []
 
-    def _ingest(self, batch: list[tuple[int, list[Any]]]) -> None:
+    def _ingest(self, batch: list[tuple[int, list[Any]]], *, live: bool = True) -> None:
+        """Decode, validate and window one poll's records.
+
+        ``live``: the service had read everything there was before this poll, so these records
+        are new arrivals and the wall clock may extend the far-future bound; otherwise they are
+        a backlog (after a restart or a slow period) and the bound stays relative to the largest
+        accepted event time (:attr:`stream.windowing.Windower.catching_up`).
+        """
         payloads: list[bytes] = []
         sources: list[tuple[int, int]] = []
-        for p, records in batch:
+        for p, records in batch:  # each partition's records in increasing offset order
             floor = self.positions.get(p)
-            for r in records:
-                if floor is not None and r.offset < floor:
-                    continue  # re-delivered below the position: already processed
-                payloads.append(r.value if r.value is not None else b"")
-                sources.append((p, r.offset))
-                floor = r.offset + 1
-            if floor is not None:
-                self.positions[p] = floor
+            if floor is not None and records and records[0].offset < floor:
+                records = [r for r in records if r.offset >= floor]  # re-delivered: already processed
+            if not records:
+                continue
+            offsets = [r.offset for r in records]
+            payloads.extend([r.value or b"" for r in records])
+            sources.extend(zip(repeat(p), offsets))
+            self.positions[p] = offsets[-1] + 1
         if not payloads:
             return
         assert self.pipeline is not None
         now = time.time()
+        self.pipeline.window.catching_up = not live
         m = self.metrics
         m.messages_consumed.inc(len(payloads))
         for decoded, part_sources in self._decode(payloads, sources):

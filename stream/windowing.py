@@ -14,8 +14,12 @@ Implements ``docs/contracts.md`` ("Timestep grid and windowing"):
   idle_timeout``, every open cell up to the cell of the largest event time
   is sealed. Final flush (replay, end of input): the same, unconditionally.
 * Late: an event whose cell is already sealed gets ``timestep_sealed``.
-  Far future: later than ``max(largest event time, now) + max_future`` →
-  ``far_future``. Before ``stream.start`` → ``before_start``.
+  Far future: later than ``bound + max_future`` → ``far_future``, where
+  ``bound`` is the largest event time accepted before it — or, in the
+  service, the wall clock ``now`` when that is later and the service has
+  caught up with its input (or nothing was accepted yet); while it reads a
+  backlog (:attr:`Windower.catching_up`), ``now`` only caps the bound. Before
+  ``stream.start`` → ``before_start``.
 
 Determinism. Lateness is decided per event, in arrival order, as if sealing
 happened immediately after every event (the watermark moves with each
@@ -187,7 +191,20 @@ class Windower:
     accepted event, or fixed by ``stream.start``), ``next_index`` (index of
     the next timestep to seal), ``max_event_time`` (largest accepted event
     time, None before any), plus the buffers of open cells.
+
+    Operational inputs set by the service, not part of the state:
+    ``last_event_wall`` (wall time of the last accepted event: the idle
+    timer) and :attr:`catching_up`.
     """
+
+    #: True while the service reads a backlog (it was not caught up with its input when it
+    #: polled these events). The wall clock then says nothing about how far the stream's event
+    #: time may jump, so the far-future bound is the largest accepted event time (capped by
+    #: ``now``): one event cannot move the watermark more than ``max_future`` ahead of the
+    #: data, i.e. cannot seal more than ``max_future / timestep + 1`` timesteps by itself.
+    #: False (live, or no clock): the bound is ``max(largest event time, now)``, so after a
+    #: real quiet period new events near the clock are accepted.
+    catching_up: bool = False
 
     def __init__(
         self,
@@ -262,12 +279,19 @@ class Windower:
         seed = -math.inf if self.max_event_time is None else self.max_event_time
         # running maximum of the accepted event times before each event
         pm = _exclusive_running_max(t if all_cand else np.where(cand, t, -math.inf), seed)
-        # far future: later than max(largest accepted time so far, now) + max_future, per event.
-        # Far-future events do not raise the maximum, so recompute until no new one appears
-        # (converges from below; one pass unless the batch holds far-future events).
+        # far future: later than bound + max_future, per event, where bound = the largest accepted
+        # time so far, raised to ``now`` when live, capped at ``now`` while catching up (see
+        # :attr:`catching_up`; with no accepted time yet, ``now``). Far-future events do not raise
+        # the maximum, so recompute until no new one appears (converges from below; one pass
+        # unless the batch holds far-future events).
         far = np.zeros(n, dtype=bool)
         while True:
-            thr = pm if now is None else np.maximum(pm, float(now))
+            if now is None:
+                thr = pm
+            elif self.catching_up:
+                thr = np.where(np.isfinite(pm), np.minimum(pm, float(now)), float(now))
+            else:
+                thr = np.maximum(pm, float(now))
             new = cand & ~far & (t > thr + g.max_future) & np.isfinite(thr)
             if not new.any():
                 break
@@ -367,7 +391,17 @@ class Windower:
 
     # -- snapshots ------------------------------------------------------------
     def snapshot(self, *, include_buffers: bool = False) -> dict[str, Any]:
-        """JSON-ready state. With ``include_buffers`` also the open cells' events (raw data: internal only)."""
+        """JSON-ready state. With ``include_buffers`` also the open cells' events (raw data: internal only).
+
+        The idle timer (``last_event_wall``) is deliberately not part of it: a restored windower
+        starts its idle clock afresh at the first :meth:`sealable` call with ``now`` (the
+        service also restarts it). Idle means "the service was reading the input, had read
+        all of it, and no event came for ``idle_timeout``"; while the process was down it read
+        nothing, so downtime is no evidence of a quiet stream. Counting it as idle would seal
+        open timesteps before the backlog written meanwhile is read, and send those events to
+        the late topic. The cost of restarting the timer is at most one ``idle_timeout`` of
+        extra delay before a quiet stream's last timesteps are sealed.
+        """
         data: dict[str, Any] = {
             "version": WINDOW_STATE_VERSION,
             "first_cell": self.first_cell,

@@ -223,6 +223,11 @@ class InProcessService:
         value = self.metrics.registry.get_sample_value(name, labels or {})
         return 0.0 if value is None else value
 
+    def published(self) -> int:
+        """Timesteps whose release transaction committed (the service's own count: cheap to poll;
+        read the output topic for what was actually published)."""
+        return int(self.metric("dpstream_timesteps_sealed_total"))
+
 
 def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.1, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
@@ -593,10 +598,11 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
                 pid = zygote.spawn(config_path, log_path, env={"DPSTREAM_FAILPOINT": f"{name}:{nth}"},
                                    broken=broken)
                 status = zygote.wait(pid, 8)
-                if status is None:  # not reached (nothing left to do): kill it anyway
+                reached = status is not None
+                if not reached:  # nothing left to do (the input ended): kill it anyway
                     os.kill(pid, signal.SIGKILL)
                     status = zygote.wait(pid, 10)
-                runs.append((f"{name}:{nth}", status))
+                runs.append((f"{name}:{nth}" if reached else f"{name}:{nth} not reached", status))
         feeder.join(timesteps * pace + 60)
         log_path = workdir / "final.log"
         logs.append(log_path)

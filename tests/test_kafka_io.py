@@ -133,6 +133,16 @@ def test_read_tail_filters_by_key_and_sees_everything_produced(broker):  # noqa:
     assert all(v.startswith(b"m") for v in values)
 
 
+def test_read_tail_of_an_empty_topic_and_of_a_single_record(broker):  # noqa: F811
+    # an empty topic is answered from its offsets (no poll to wait for); one record is not
+    # mistaken for an empty partition (the embedded broker's end offset is then 1, not past it)
+    k = _section(broker)
+    ensure_topics(k, {k.output_topic: 2})
+    assert read_tail(k, k.output_topic, key=None, last=5) == []
+    produce(broker.bootstrap, k.output_topic, [b"only"], partitions=2)
+    assert [v for _, _, v in read_tail(k, k.output_topic, key=None, last=5)] == [b"only"]
+
+
 def test_auto_offset_reset_is_none(broker):  # noqa: F811
     k = _section(broker)
     ensure_topics(k, {k.input_topic: 1})

@@ -105,8 +105,13 @@ def test_crash_matrix_10k_events_100_timesteps(broker, zygote, tmp_path):  # noq
 
 @pytest.mark.slow
 def test_sigterm_mid_stream_and_dsat(broker, zygote, tmp_path):  # noqa: F811
-    """SIGTERM at random moments (exit 0 each time, work kept) with DSAT's stateful decisions, plus kills."""
+    """SIGTERM at random moments (exit 0 each time, work kept) with DSAT's stateful decisions, plus kills.
+
+    The input arrives over ~9 s, about as long as the six runs take, so every stop and kill
+    meets a service with input still arriving, and the failpoint is reached (with the input
+    already over it would wait 8 s for nothing and end as one more plain kill)."""
     out = crash_scenario(broker.bootstrap, tmp_path, seed=7, random_kills=2, failpoints=[("mid_produce", 2)],
-                         timesteps=20, per_timestep=40, pace=0.1, decision="dsat", terms=3, zygote=zygote)
+                         timesteps=20, per_timestep=40, pace=0.45, decision="dsat", terms=3, zygote=zygote)
     assert out.violations == [], (out.violations, out.facts, out.runs)
     assert [s for kind, s in out.runs if kind == "term"] == [0, 0, 0]
+    assert ("mid_produce:2", -signal.SIGKILL) in out.runs, out.runs

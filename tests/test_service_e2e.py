@@ -77,7 +77,7 @@ def test_end_to_end_one_release_per_timestep_equal_to_replay(broker, tmp_path, p
     payloads, events = _messages(8, 30, 20)
     with InProcessService(settings) as svc:
         produce(broker.bootstrap, k.input_topic, payloads, partitions=partitions)
-        wait_for(lambda: len(_released(broker.bootstrap, k.output_topic)) >= 8, what="8 releases")
+        wait_for(lambda: svc.published() >= 8, what="8 releases")
         time.sleep(0.5)
         assert svc.metric("dpstream_timesteps_sealed_total") == 8
         assert svc.metric("dpstream_releases_total", {"kind": "fresh"}) == 8
@@ -116,6 +116,7 @@ def test_dead_letters_carry_original_bytes_source_and_reason(broker, tmp_path): 
         json.dumps({**good, "attributes": {"age": 3, "sex": "X"}}).encode(): "out_of_domain",
         json.dumps({**good, "pad": "x" * 9000}).encode(): "oversized",
         json.dumps([good] * 60).encode(): "too_many_events",
+        b"[]": "empty_message",
         json.dumps(far).encode(): "far_future",
         json.dumps({**good, "event_time": T0 - 100}).encode(): "before_start",
     }
@@ -152,7 +153,7 @@ def test_late_events_go_to_the_late_topic_and_never_change_a_release(broker, tmp
     with InProcessService(settings) as svc:
         produce(broker.bootstrap, k.input_topic, [json.dumps(event(f"u{i}", t)).encode()
                                                   for t in range(5) for i in range(10)])
-        wait_for(lambda: len(_released(broker.bootstrap, k.output_topic)) >= 5, what="5 releases")
+        wait_for(lambda: svc.published() >= 5, what="5 releases")
         before = read_all(broker.bootstrap, k.output_topic)
         late = [json.dumps(event(f"late{i}", 1, age=50)).encode() for i in range(25)]
         produce(broker.bootstrap, k.input_topic, late)
@@ -173,7 +174,7 @@ def test_far_future_event_is_dead_lettered_and_seals_nothing(broker, tmp_path): 
     with InProcessService(settings) as svc:
         produce(broker.bootstrap, k.input_topic, [json.dumps(event(f"u{i}", t)).encode()
                                                   for t in range(3) for i in range(5)])
-        wait_for(lambda: len(_released(broker.bootstrap, k.output_topic)) >= 2, what="2 releases")
+        wait_for(lambda: svc.published() >= 2, what="2 releases")
         produce(broker.bootstrap, k.input_topic,
                 [json.dumps(event("skewed", 0, offset=time.time() - T0 + 1e6)).encode()])
         wait_for(lambda: svc.metric("dpstream_dead_letters_total", {"reason": "far_future"}) == 1,
@@ -185,6 +186,27 @@ def test_far_future_event_is_dead_lettered_and_seals_nothing(broker, tmp_path): 
         assert svc.metric("dpstream_late_events_total") == 0
 
 
+def test_a_clock_stamped_event_in_a_backlog_does_not_jump_the_watermark(broker, tmp_path):  # noqa: F811
+    # Old data waiting when the service starts (it is catching up): one event stamped with the
+    # wall clock — years after the data, yet not in the future — is dead-lettered instead of
+    # sealing ~10^6 empty timesteps and making the rest of the backlog late.
+    cfg = service_config(broker.bootstrap, tmp_path / "state", seed=5, stream={"idle_timeout": "30s"})
+    settings = settings_from(cfg)
+    k = settings.kafka
+    backlog = [json.dumps(event(f"u{i}", t)).encode() for t in range(4) for i in range(5)]
+    backlog.insert(7, json.dumps(event("clock", 0, offset=time.time() - T0 - 60)).encode())
+    produce(broker.bootstrap, k.input_topic, backlog, partitions=1)  # one partition: read in order
+    with InProcessService(settings) as svc:
+        wait_for(lambda: svc.metric("dpstream_events_consumed_total") >= len(backlog), what="the backlog read")
+        wait_for(lambda: svc.published() >= 3, what="3 releases")
+        time.sleep(0.5)
+        assert svc.metric("dpstream_dead_letters_total", {"reason": "far_future"}) == 1
+        assert svc.metric("dpstream_late_events_total") == 0
+        assert svc.metric("dpstream_events_accepted_total") == 20
+        assert svc.metric("dpstream_timesteps_sealed_total") == 3  # timestep 3 waits for more data
+    assert sorted(_released(broker.bootstrap, k.output_topic)) == [0, 1, 2]
+
+
 def test_several_events_per_person_count_once(broker, tmp_path):  # noqa: F811
     # One person, 50 events in one timestep: the journaled audit sees 50 events,
     # the release equals the replay of the same events (bounded to one record).
@@ -193,9 +215,9 @@ def test_several_events_per_person_count_once(broker, tmp_path):  # noqa: F811
     k = settings.kafka
     events = [event("same", 0, age=a, offset=1 + a / 10) for a in range(50)] + [event("other", 1)]
     payloads = [json.dumps(e).encode() for e in events]
-    with InProcessService(settings):
+    with InProcessService(settings) as svc:
         produce(broker.bootstrap, k.input_topic, payloads)
-        wait_for(lambda: len(_released(broker.bootstrap, k.output_topic)) >= 2, what="2 releases")
+        wait_for(lambda: svc.published() >= 2, what="2 releases")
     published = {json.loads(v)["timestep"]["index"]: v
                  for v in dedupe_by_release_id(read_all(broker.bootstrap, k.output_topic)).values()}
     assert published == _replay(settings, events, tmp_path)
@@ -213,7 +235,7 @@ def test_budget_exhaustion_is_normal(broker, tmp_path):  # noqa: F811
     with InProcessService(settings) as svc:
         produce(broker.bootstrap, k.input_topic, [json.dumps(event(f"u{i}", t)).encode()
                                                   for t in range(8) for i in range(4)])
-        wait_for(lambda: len(_released(broker.bootstrap, k.output_topic)) >= 8, what="8 releases")
+        wait_for(lambda: svc.published() >= 8, what="8 releases")
         time.sleep(0.3)
         assert svc.metric("dpstream_budget_exhausted") == 1
         assert svc.metric("dpstream_epsilon_spent") == 1
@@ -254,9 +276,9 @@ def test_http_endpoints(broker, tmp_path):  # noqa: F811
 def test_config_drift_is_refused(broker, tmp_path):  # noqa: F811
     cfg = service_config(broker.bootstrap, tmp_path / "state", seed=2)
     settings = settings_from(cfg)
-    with InProcessService(settings):
+    with InProcessService(settings) as svc:
         produce(broker.bootstrap, settings.kafka.input_topic, [json.dumps(event("a", t)).encode() for t in range(3)])
-        wait_for(lambda: len(_released(broker.bootstrap, settings.kafka.output_topic)) >= 3, what="releases")
+        wait_for(lambda: svc.published() >= 3, what="releases")
     for change in ({"privacy": {**cfg["privacy"], "epsilon": 2}},
                    {"privacy": {**cfg["privacy"], "cutoff": 50}},
                    {"release": {"decision": "fixed"}},
@@ -275,10 +297,10 @@ def test_config_drift_is_refused(broker, tmp_path):  # noqa: F811
 def test_lost_or_damaged_journal_is_refused(broker, tmp_path):  # noqa: F811
     cfg = service_config(broker.bootstrap, tmp_path / "state", seed=2)
     settings = settings_from(cfg)
-    with InProcessService(settings):
+    with InProcessService(settings) as svc:
         produce(broker.bootstrap, settings.kafka.input_topic,
                 [json.dumps(event("a", t)).encode() for t in range(4)])
-        wait_for(lambda: len(_released(broker.bootstrap, settings.kafka.output_topic)) >= 4, what="releases")
+        wait_for(lambda: svc.published() >= 4, what="releases")
     path = journal_path(settings.service.state_dir, settings.stream.id)
     original = path.read_bytes()
 

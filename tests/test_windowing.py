@@ -222,3 +222,46 @@ def test_grid_bounds_are_exact():
     start, end = g.bounds(3)
     assert start.isoformat() == "2024-01-01T03:00:00+00:00" and (end - start).total_seconds() == 3600
     assert g.cell_of(start.timestamp()) == 3 and g.cell_of(start.timestamp() - 1e-3) == 2
+
+
+def test_restored_windower_restarts_the_idle_clock():
+    # Downtime is not idle time: a windower restored a day later still waits idle_timeout of its own.
+    s = small_settings(stream={"idle_timeout": "30s", "allowed_lateness": "60s"})
+    w = Windower(Grid.from_settings(s))
+    valid, _ = validate_batch(batch([ev("a", 10), ev("b", 100)]), DOMAIN)
+    w.offer(valid, now=1000.0)
+    assert list(w.sealable(now=1030.0)) == [0, 1]  # the live windower would be idle by now
+    w2 = Windower.restore(Grid.from_settings(s), w.snapshot(include_buffers=True))
+    later = 1000.0 + 86400
+    assert list(w2.sealable(now=later)) == []  # the first call with a clock starts the idle timer
+    assert list(w2.sealable(now=later + 29.9)) == []
+    assert list(w2.sealable(now=later + 30.0)) == [0, 1]
+
+
+def test_catching_up_bounds_the_far_future_by_the_data_not_the_clock():
+    # A backlog of week-old events; one event stamped "now" must not jump the watermark a week ahead.
+    s = small_settings(stream={"max_future": "1h", "allowed_lateness": "0s"})
+    now = 1_000_000.0
+    old = [ev(f"u{i}", 1000 + 30 * i) for i in range(10)]  # cells 16..21
+    w = Windower(Grid.from_settings(s))
+    w.catching_up = True
+    valid, _ = validate_batch(batch(old + [ev("bogus", now - 5)]), DOMAIN)
+    assert w.offer(valid, now=now).tolist() == [ACCEPTED] * 10 + [FAR_FUTURE]
+    assert list(w.sealable(now=now)) == [16, 17, 18, 19, 20]  # the watermark stayed with the data
+    for c in w.sealable(now=now):
+        w.take(c)
+        w.advance()
+    # within max_future of the data is fine, and moves the watermark by at most max_future
+    valid, _ = validate_batch(batch([ev("c", 1270 + 3600)], first_row=11), DOMAIN)
+    assert w.offer(valid, now=now).tolist() == [ACCEPTED]
+    assert len(w.sealable(now=now)) <= 3600 // 60 + 1
+    # and the clock still caps the bound (never later than now + max_future)
+    w2 = Windower(Grid.from_settings(s))
+    w2.catching_up = True
+    valid, _ = validate_batch(batch([ev("a", now + 3000), ev("b", now + 3000 + 3000)]), DOMAIN)
+    assert w2.offer(valid, now=now).tolist() == [ACCEPTED, FAR_FUTURE]
+    # live (caught up), the clock may extend the bound: after a real quiet period, events near
+    # the clock are new data, not a jump
+    w3 = Windower(Grid.from_settings(s))
+    valid, _ = validate_batch(batch(old + [ev("new", now - 5)]), DOMAIN)
+    assert w3.offer(valid, now=now).tolist() == [ACCEPTED] * 11
