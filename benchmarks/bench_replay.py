@@ -127,14 +127,19 @@ def _current_rss_mib() -> float:
     return float("nan")
 
 
-def child(config: str, events_csv: str, output: str, cpu: int) -> None:
-    """One replay in this process, pinned to one CPU; prints JSON."""
+def _one_cpu(cpu: int) -> None:
+    """Pin this process, and pyarrow's thread pools, to one CPU."""
     try:
         os.sched_setaffinity(0, {cpu})
     except (AttributeError, OSError):
         pass
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
+
+
+def child(config: str, events_csv: str, output: str, cpu: int) -> None:
+    """One replay in this process, pinned to one CPU; prints JSON."""
+    _one_cpu(cpu)
     from stream.allocator import tune_allocator
     from stream.config import load_settings
     from stream.replay import replay
@@ -164,12 +169,7 @@ def child(config: str, events_csv: str, output: str, cpu: int) -> None:
 
 def child_read(events_csv: str, cpu: int) -> None:
     """pyarrow's reader alone, with the replay's options (every column as text), on one CPU."""
-    try:
-        os.sched_setaffinity(0, {cpu})
-    except (AttributeError, OSError):
-        pass
-    pa.set_cpu_count(1)
-    pa.set_io_thread_count(1)
+    _one_cpu(cpu)
     from stream.csvio import DEFAULT_BLOCK_SIZE, read_header
 
     header = read_header(events_csv)

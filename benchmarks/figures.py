@@ -277,12 +277,10 @@ def fig4_5(args: argparse.Namespace, sc: Scale, runner: Runner) -> dict[str, Any
     rates = [0.1, 0.3, 0.5, 0.7, 0.9]
     cells: dict[str, list[Any]] = {m: [] for m in USER_METHODS}
     facts = {}
-    keep = []
     for r in rates:
         s, truth, f = _census(args, sc, rate=r)
         facts[str(r)] = f
         wl = _workload(s, truth, sc)
-        keep.append((s, wl))
         for m in USER_METHODS:
             cells[m].append((wl, s, {}))
     series = _sweep(runner, sc, rates, cells, with_true=("dsat", "fixed"))
@@ -295,7 +293,6 @@ def fig4_6(args: argparse.Namespace, sc: Scale, runner: Runner) -> dict[str, Any
     dims = [3, 4, 5, 6]
     shape6 = s6.domain().shape
     cells: dict[str, list[Any]] = {m: [] for m in USER_METHODS}
-    keep = []
     for d in dims:
         # each person has exactly one event per timestep, so the windowed histogram of the
         # first d attributes is the 6-D one summed over the others (same rows, same bounding)
@@ -303,7 +300,6 @@ def fig4_6(args: argparse.Namespace, sc: Scale, runner: Runner) -> dict[str, Any
         truth = truth.reshape(truth.shape[0], -1)
         s = settings_with(s6, {"schema": {"attributes": census_attributes(d)}})
         wl = _workload(s, truth, sc)
-        keep.append((s, wl))
         for m in USER_METHODS:
             cells[m].append((wl, s, {}))
     series = _sweep(runner, sc, dims, cells, with_true=("dsat", "fixed"))
@@ -316,10 +312,8 @@ def fig4_7(args: argparse.Namespace, sc: Scale, runner: Runner) -> dict[str, Any
     total = s.domain().size
     sizes = [x for x in (1, 10, 100, 1000, 10_000) if x <= total]
     cells: dict[str, list[Any]] = {m: [] for m in USER_METHODS}
-    keep = []
     for size in sizes:
         wl = _workload(s, truth, sc, query_size=size)
-        keep.append(wl)
         facts[f"mean_size_{size}"] = float(np.mean(np.prod(wl.queries.queries.hi - wl.queries.queries.lo + 1, axis=1)))
         for m in USER_METHODS:
             cells[m].append((wl, s, {}))
