@@ -38,9 +38,9 @@ import numpy as np  # noqa: E402
 
 from histogram.lpa import LaplaceMechanism  # noqa: E402
 from histogram.noise import Randomness  # noqa: E402
-from histogram.psd import PSDMechanism  # noqa: E402
-from histogram.psd_consistency import least_squares, nonnegative  # noqa: E402
-from histogram.psd_tree import PSDTree, build_tree  # noqa: E402
+from histogram.psd.consistency import least_squares, nonnegative  # noqa: E402
+from histogram.psd.mechanism import PSDMechanism  # noqa: E402
+from histogram.psd.tree import PSDTree, build_tree  # noqa: E402
 from histogram.query import RangeQueries, answer_range_queries  # noqa: E402
 
 

@@ -140,9 +140,9 @@ def _one_cpu(cpu: int) -> None:
 def child(config: str, events_csv: str, output: str, cpu: int) -> None:
     """One replay in this process, pinned to one CPU; prints JSON."""
     _one_cpu(cpu)
-    from stream.allocator import tune_allocator
     from stream.config import load_settings
-    from stream.replay import replay
+    from stream.lab.replay import replay
+    from stream.service.allocator import tune_allocator
 
     tune_allocator()  # as `dpstream` does at start-up
 
@@ -170,7 +170,7 @@ def child(config: str, events_csv: str, output: str, cpu: int) -> None:
 def child_read(events_csv: str, cpu: int) -> None:
     """pyarrow's reader alone, with the replay's options (every column as text), on one CPU."""
     _one_cpu(cpu)
-    from stream.csvio import DEFAULT_BLOCK_SIZE, read_header
+    from stream.ingest.csvio import DEFAULT_BLOCK_SIZE, read_header
 
     header = read_header(events_csv)
     t0 = time.perf_counter()

@@ -51,12 +51,12 @@ sys.path.insert(0, str(ROOT))
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka.record import util as kafka_record_util  # noqa: E402
 
-from stream.broker import EmbeddedBroker  # noqa: E402
 from stream.config import KafkaSection, load_settings  # noqa: E402
-from stream.http import Health  # noqa: E402
-from stream.kafka_io import ensure_topics  # noqa: E402
-from stream.metrics import Metrics  # noqa: E402
-from stream.service import run_service  # noqa: E402
+from stream.service.broker import EmbeddedBroker  # noqa: E402
+from stream.service.http import Health  # noqa: E402
+from stream.service.kafka_io import ensure_topics  # noqa: E402
+from stream.service.loop import run_service  # noqa: E402
+from stream.service.metrics import Metrics  # noqa: E402
 
 T0 = 1_704_067_200.0
 

@@ -17,9 +17,9 @@ figure) and writes ``docs/figures/<figure>.png`` and ``<figure>.json``::
 
 Every setting also runs the baselines uniform and fixed (w-event: "Sample"),
 as the independent benchmark of Schäler et al. asks. Datasets are generated
-once with ``stream.generate`` into ``--data`` (events CSV + config), read and
+once with ``stream.lab.generate`` into ``--data`` (events CSV + config), read and
 windowed once with the service's own reader and windowing
-(``stream.evaluate.load_truth``), and cached there as ``truth.npy``. Runs use
+(``stream.lab.evaluate.load_truth``), and cached there as ``truth.npy``. Runs use
 ``Engine.step`` with ``Randomness.seeded(seed + r)`` exactly as ``dpstream
 evaluate`` does. ``--jobs 2`` spreads the (setting, method) cells over
 processes. ``--quick`` shrinks everything for a smoke test.
@@ -28,7 +28,7 @@ Scale (stated in docs/results.md): census N = 200 timesteps, P = 500,000
 people (the thesis's n; N = 500 there), C = 5 releases (the thesis's
 0.01·N at N = 500), read from the generator's counts file (100 million events
 per dataset would not fit the time budget; the counts are what windowing the
-events gives, which tests/test_evaluate.py checks on small data);
+events gives, which tests/stream/lab/test_evaluate.py checks on small data);
 ``--census-population 50000 --census-events`` runs the census figures on
 events through the service's reader and windowing instead. Traffic: N = 300
 timesteps of 15 minutes, 20,000 objects on a 64×64 grid, events CSV (the
@@ -55,9 +55,9 @@ if str(ROOT) not in sys.path:
 
 from controller.svt import user_level_k  # noqa: E402
 from stream.config import Settings, load_settings  # noqa: E402
-from stream.evaluate import evaluate_settings, load_truth, settings_with  # noqa: E402
-from stream.evaluation_metrics import Workload  # noqa: E402
-from stream.generate import census_attributes, generate  # noqa: E402
+from stream.lab.evaluate import evaluate_settings, load_truth, settings_with  # noqa: E402
+from stream.lab.generate import census_attributes, generate  # noqa: E402
+from stream.lab.metrics import Workload  # noqa: E402
 
 FIGURES = ("fig4_2", "fig4_3", "fig4_4", "fig4_5", "fig4_6", "fig4_7", "fig4_8", "fig4_9", "noise_floor", "noise_floor_w")
 
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = fig.pop("extra", None)
         if not args.no_plot:
             try:
-                from stream.evaluation_plot import plot_sweep
+                from stream.lab.plot import plot_sweep
 
                 plot_sweep(fig["x"], fig["series"], args.out / f"{name}.png", metric="query_abs_error",
                            xlabel=fig["x_name"], ylabel="range-query absolute error", title=fig["title"],

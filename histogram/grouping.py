@@ -7,7 +7,7 @@ grouping (sorting or dictionary-encoding ids, the expensive part) is needed
 only for the rows with a repeated hash: people with several rows, plus rare
 collisions, which cost time and never correctness.
 
-Pure numpy; :mod:`stream.people` hashes Arrow string arrays with the same word mixing.
+Pure numpy; :mod:`stream.ingest.people` hashes Arrow string arrays with the same word mixing.
 Nothing here is random or leaves the process.
 """
 

@@ -9,7 +9,7 @@ offline replay) asks for the same noise, at the same scales, in the same
 order, as the code that recorded it.
 
 This module is for tests only. Nothing in ``histogram``, ``controller`` or
-``stream`` may import it (``tests/test_noise_sampler.py`` checks): a replayed
+``stream`` may import it (``tests/histogram/test_noise_sampler.py`` checks): a replayed
 tape is predictable noise and must never protect real people.
 """
 

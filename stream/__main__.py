@@ -1,5 +1,5 @@
 """``python -m stream`` = the ``dpstream`` command."""
 
-from stream.cli import main
+from stream.commands.cli import main
 
 raise SystemExit(main())

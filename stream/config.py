@@ -405,7 +405,7 @@ class Settings(BaseSettings):
             if self.release.psd:
                 raise ConfigurationError("release.psd options are set but release.mechanism is lpa")
             return LaplaceMechanism(bound, conf)
-        from histogram.psd import PSDMechanism  # imported lazily: optional heavy module
+        from histogram.psd.mechanism import PSDMechanism  # imported lazily: optional heavy module
 
         return PSDMechanism.from_options(self.domain().shape, sensitivity=bound, confidence=conf, options=self.release.psd)
 

@@ -45,7 +45,8 @@ import numpy as np
 from controller.errors import StateError
 from controller.step import Engine, EngineState, Release
 from histogram.noise import Randomness
-from stream.events import CODE, REASONS, EventBatch, Rejections, validate_batch
+from stream.ingest.events import CODE, REASONS, EventBatch, Rejections, validate_batch
+from stream.ingest.windowing import ACCEPTED, Grid, Windower
 from stream.messages import (
     DomainMessage,
     MessageBuilder,
@@ -53,7 +54,6 @@ from stream.messages import (
     canonical_bytes,
     release_id,
 )
-from stream.windowing import ACCEPTED, Grid, Windower
 
 __all__ = ["ReleasePipeline", "SealedRelease", "PipelineStats", "JOURNAL_VERSION", "PIPELINE_STATE_VERSION"]
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from stream.broker import EmbeddedBroker
+from stream.service.broker import EmbeddedBroker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,7 +132,7 @@ STEP = 60
 def service_config(bootstrap: str, state_dir: Path, *, stream_id: str | None = None, seed: int | None = None,
                    kafka: dict[str, Any] | None = None, **sections: Any) -> dict[str, Any]:
     """A complete config (dict) for the small test domain, with fast timeouts."""
-    from stream.testing import SMALL_ATTRIBUTES
+    from stream.service.testing import SMALL_ATTRIBUTES
 
     cfg: dict[str, Any] = {
         "stream": {"id": stream_id or unique("s"), "timestep": f"{STEP}s", "idle_timeout": "1s",
@@ -182,9 +182,9 @@ class InProcessService:
     def __init__(self, settings: Any, **kwargs: Any) -> None:
         import threading
 
-        from stream.http import Health
-        from stream.metrics import Metrics
-        from stream.service import run_service
+        from stream.service.http import Health
+        from stream.service.loop import run_service
+        from stream.service.metrics import Metrics
 
         self.settings = settings
         self.metrics = Metrics()
@@ -287,7 +287,7 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
     import sys
 
     import stream.commands.run as run_command
-    import stream.service  # noqa: F401 - pre-import everything heavy
+    import stream.service.loop  # noqa: F401 - pre-import everything heavy
 
     print("ready", flush=True)
     for line in sys.stdin:
@@ -337,8 +337,8 @@ def install_broken_recovery() -> None:
     start-up comparison with the output topic (which would refuse). The crash
     checker must catch this.
     """
-    import stream.service as service_module
-    from stream.journal import plan_recovery as real_plan
+    import stream.service.loop as service_module
+    from stream.service.journal import plan_recovery as real_plan
 
     def broken_plan(journal: Any, **kw: Any) -> Any:
         kw["published"] = []
@@ -417,8 +417,8 @@ def check_published(bootstrap: str, cfg: dict[str, Any], *, injected: dict[int, 
     from fractions import Fraction
 
     from controller.accountant import restore_accountant
-    from stream.journal import Journal
     from stream.messages import release_id
+    from stream.service.journal import Journal
 
     settings = settings_from(cfg)
     k, stream_id = cfg["kafka"], cfg["stream"]["id"]
@@ -543,7 +543,7 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
     import numpy as np
 
     from stream.config import KafkaSection
-    from stream.kafka_io import ensure_topics
+    from stream.service.kafka_io import ensure_topics
 
     rng = np.random.default_rng(seed)  # test data and kill times only; never release noise
     workdir.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,11 @@
 
 * ``histogram`` imports neither ``controller`` nor ``stream``; ``controller``
   does not import ``stream``.
+* Inside ``stream``: ``ingest`` imports nothing from ``service``, ``lab`` or
+  ``commands``; ``service`` and ``lab`` never import each other (nor
+  ``commands``); the shared modules (``config``, ``messages``, ``pipeline``)
+  import none of the three jobs except ``ingest``; only ``commands`` imports
+  from all of them.
 * Randomness is drawn only in ``histogram/noise.py`` (tests may build their
   own generators; ``histogram/testing.py`` holds test-only drawers).
 """
@@ -17,15 +22,21 @@ ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {"histogram": ("controller", "stream"), "controller": ("stream",)}
 
 
-def _imports(path: Path) -> set[str]:
+def _modules(path: Path) -> set[str]:
+    """Every absolute module name *path* imports, anywhere in the file (also inside functions)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(a.name.split(".")[0] for a in node.names)
+            names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
     return names
+
+
+def _imports(path: Path) -> set[str]:
+    return {name.split(".")[0] for name in _modules(path)}
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
@@ -36,6 +47,55 @@ def test_dependencies_point_one_way(package):
         if bad:
             offenders.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
     assert not offenders, offenders
+
+
+# Inside ``stream``: which sub-packages each part may not import. ``commands`` may import anything.
+STREAM_LAYERS = {
+    "stream/ingest": ("stream.service", "stream.lab", "stream.commands"),
+    "stream/service": ("stream.lab", "stream.commands"),
+    "stream/lab": ("stream.service", "stream.commands"),
+    "stream/config.py": ("stream.service", "stream.lab", "stream.commands"),
+    "stream/messages.py": ("stream.service", "stream.lab", "stream.commands"),
+    "stream/pipeline.py": ("stream.service", "stream.lab", "stream.commands"),
+}
+
+
+def stream_layer_offenders(root: Path) -> list[str]:
+    """Imports inside ``root/stream`` that break :data:`STREAM_LAYERS`."""
+    offenders = []
+    for part, forbidden in STREAM_LAYERS.items():
+        target = root / part
+        paths = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+        for path in paths:
+            bad = sorted(m for m in _modules(path) if m.startswith(tuple(f + "." for f in forbidden)) or m in forbidden)
+            if bad:
+                offenders.append(f"{path.relative_to(root)} imports {bad}")
+    return offenders
+
+
+def test_stream_jobs_point_one_way():
+    assert not stream_layer_offenders(ROOT)
+
+
+def test_stream_layer_check_catches_a_service_import_in_ingest(tmp_path):
+    """The check is not vacuous: a copy of the tree with one bad import in ingest fails it."""
+    for part in ("stream/ingest", "stream/service", "stream/lab"):
+        (tmp_path / part).mkdir(parents=True)
+        for path in (ROOT / part).glob("*.py"):
+            (tmp_path / part / path.name).write_text(path.read_text())
+    for name in ("config.py", "messages.py", "pipeline.py"):
+        (tmp_path / "stream" / name).write_text((ROOT / "stream" / name).read_text())
+    assert stream_layer_offenders(tmp_path) == []
+    windowing = tmp_path / "stream" / "ingest" / "windowing.py"
+    windowing.write_text(windowing.read_text() + "\n\ndef _late():\n    from stream.service.metrics import Metrics  # noqa\n")
+    assert stream_layer_offenders(tmp_path) == [
+        "stream/ingest/windowing.py imports ['stream.service.metrics', 'stream.service.metrics.Metrics']"
+    ]
+
+
+def test_stream_lists_the_three_jobs_and_what_they_share():
+    listing = sorted(p.name for p in (ROOT / "stream").iterdir() if not p.name.startswith(("_", ".")))
+    assert listing == ["commands", "config.py", "ingest", "lab", "messages.py", "pipeline.py", "schemas", "service"]
 
 
 RANDOM_CALLS = ("default_rng", "RandomState", "SystemRandom", "token_bytes", "urandom", "AESCounter", "Generator")
@@ -53,7 +113,7 @@ def _dotted(node: ast.AST) -> str:
 
 # Synthetic data generation, evaluation workloads and the demo's traffic are public
 # inputs, not noise: they may use their own seeded generators and never touch releases.
-PUBLIC_WORKLOAD = ("stream/generate.py", "stream/evaluat", "stream/commands/demo.py", "stream/demo")
+PUBLIC_WORKLOAD = ("stream/lab/generate.py", "stream/lab/evaluate.py", "stream/lab/metrics.py", "stream/commands/demo.py")
 
 
 def test_randomness_only_in_the_noise_module():

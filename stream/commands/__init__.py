@@ -2,7 +2,7 @@
 
 Each module ``stream/commands/<name>.py`` exposes ``register(subparsers)``,
 which adds its parser and sets ``handler`` (a function ``args -> exit
-status``) with ``set_defaults``; :data:`stream.cli.COMMAND_MODULES` lists the
+status``) with ``set_defaults``; :data:`stream.commands.cli.COMMAND_MODULES` lists the
 modules. Command modules import their heavy dependencies inside the handler
 so ``dpstream --help`` stays fast.
 

@@ -42,7 +42,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stream.broker import BrokerError, EmbeddedBroker
+    from stream.service.broker import BrokerError, EmbeddedBroker
 
     stop = threading.Event()
 

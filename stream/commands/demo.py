@@ -137,10 +137,10 @@ def _watch(bootstrap: str, topic: str, stop: threading.Event, quiet: bool) -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    from stream.broker import BrokerError, EmbeddedBroker
     from stream.config import ConfigError, load_settings, parse_duration
-    from stream.logs import setup_logging
-    from stream.service import run_service
+    from stream.service.broker import BrokerError, EmbeddedBroker
+    from stream.service.logs import setup_logging
+    from stream.service.loop import run_service
 
     try:
         step_s = parse_duration(args.timestep).total_seconds()

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from histogram.errors import HistogramError
     from stream.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
     from stream.config import ConfigError, load_settings
-    from stream.evaluate import (
+    from stream.lab.evaluate import (
         EvaluationError,
         InputError,
         check_methods,
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(text)
     if args.plot:
-        from stream.evaluation_plot import PlotUnavailableError, plot_methods
+        from stream.lab.plot import PlotUnavailableError, plot_methods
 
         try:
             plot_methods(result, args.plot, title=f"dpstream evaluate: {Path(args.input).name}")

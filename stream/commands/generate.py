@@ -72,7 +72,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stream.generate import DEFAULT_START, generate
+    from stream.lab.generate import DEFAULT_START, generate
 
     bar = None
     if args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty()):

@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     from controller.errors import ConfigurationError, StateError
     from histogram.errors import HistogramError
     from stream.config import ConfigError, load_settings
-    from stream.csvio import CsvError
-    from stream.replay import ReplayError, replay
+    from stream.ingest.csvio import CsvError
+    from stream.lab.replay import ReplayError, replay
 
     overrides: dict[str, Any] = {}
     if args.seed is not None:

@@ -35,8 +35,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from stream.config import ConfigError, load_settings
-    from stream.logs import setup_logging
-    from stream.service import run_service
+    from stream.service.logs import setup_logging
+    from stream.service.loop import run_service
 
     try:
         settings = load_settings(args.config)

@@ -1,0 +1,100 @@
+"""The ``dpstream`` command line: ``dpstream <command> [options]``.
+
+Subcommands live in ``stream/commands/<name>.py`` (see
+:mod:`stream.commands`); :data:`COMMAND_MODULES` lists them, in the order
+``dpstream --help`` shows them. A listed module that cannot be imported, or
+that lacks ``register``, is an error: a command never silently disappears.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from stream.commands import EXIT_FAILURE, EXIT_INTERRUPTED, CommandError
+from stream.service.allocator import tune_allocator
+
+__all__ = ["COMMAND_MODULES", "CommandModuleError", "build_parser", "main"]
+
+COMMAND_MODULES: tuple[str, ...] = ("replay", "generate", "evaluate", "run", "broker", "demo")
+
+
+class CommandModuleError(RuntimeError):
+    """A module listed in :data:`COMMAND_MODULES` is missing or malformed (a packaging bug)."""
+
+
+def _load(name: str) -> ModuleType:
+    qualified = f"stream.commands.{name}"
+    try:
+        module = importlib.import_module(qualified)
+    except ModuleNotFoundError as exc:
+        if exc.name == qualified:
+            raise CommandModuleError(
+                f"the command {name!r} is listed in stream.commands.cli.COMMAND_MODULES but stream/commands/{name}.py "
+                "does not exist"
+            ) from None
+        raise CommandModuleError(f"the command {name!r} cannot be loaded: {exc}") from exc
+    except ImportError as exc:
+        raise CommandModuleError(f"the command {name!r} cannot be loaded: {exc}") from exc
+    if not callable(getattr(module, "register", None)):
+        raise CommandModuleError(f"stream/commands/{name}.py has no register(subparsers) function")
+    return module
+
+
+def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with one subparser per command module.
+
+    Raises:
+        CommandModuleError: a listed module is missing or has no ``register``.
+    """
+    parser = argparse.ArgumentParser(
+        prog="dpstream",
+        description="Differentially private histograms of a live population, released on Kafka.",
+    )
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            ver = version("dpstream")
+        except PackageNotFoundError:
+            ver = "unknown (not installed)"
+    except ImportError:  # pragma: no cover
+        ver = "unknown"
+    parser.add_argument("--version", action="version", version=f"dpstream {ver}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    sub.required = True
+    for name in COMMAND_MODULES if modules is None else modules:
+        _load(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dpstream``; returns the exit status."""
+    try:
+        parser = build_parser()
+    except CommandModuleError as exc:
+        print(f"dpstream: internal error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    args = parser.parse_args(None if argv is None else list(argv))
+    handler = getattr(args, "handler", None) or getattr(args, "func", None)
+    if handler is None:  # pragma: no cover - every command sets one
+        parser.error(f"the command {args.command!r} has no handler")
+    tune_allocator()  # numpy temporaries: heap, not fresh page-faulting mappings (stream.service.allocator)
+    try:
+        status = handler(args)
+    except CommandError as exc:
+        print(f"dpstream {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"dpstream {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_FAILURE
+    return int(status or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,4 @@
+"""The lab: offline replay, evaluation and synthetic data.
+
+Never imports ``stream.service``.
+"""

@@ -1,0 +1,500 @@
+"""Offline evaluation: every method, R times, on the same true histograms.
+
+``dpstream evaluate`` answers "what would each method have published on my
+data, and how wrong would it have been?" It runs the service's release path:
+
+1. the input is windowed once into true per-timestep histograms with the
+   service's own reader, windowing and contribution bounding
+   (:func:`load_truth`; a counts file is taken as already aggregated);
+2. for each method, the configuration is re-validated with only
+   ``release.decision`` changed, and ``settings.engine()`` is stepped over the
+   timesteps with ``Engine.step``, drawing noise from
+   ``Randomness.seeded(seed + r)`` for run ``r`` (the drawer of timestep
+   ``t`` is ``drawer(stream.id, t)``, as the service draws it; ``dpstream
+   replay --seed seed+r`` reproduces run ``r`` bit for bit);
+3. each release is compared with the truth (:mod:`stream.lab.metrics`).
+
+The optional non-private "-true" versions (thesis §4.5.2: DSAT-true,
+fixed-true) repeat each private run's fresh/republished decisions with the
+exact histograms instead of noisy ones: their error is the update error of
+those decisions alone.
+
+Result (JSON-ready dict)::
+
+    {"timesteps", "bins", "runs", "queries",
+     "methods": {NAME: {"mae", "mre", "query_abs_error", "query_rel_error",
+                        "fresh_releases", "epsilon_spent", "max_window_spend",
+                        and NAME_ci = [lo, hi] for each}}}
+
+``epsilon_spent`` is the total ε charged over the whole evaluated stream;
+``max_window_spend`` the largest ε charged in any window of ``w`` timesteps
+(w-event), or the total (user-level: the horizon is the one window). ``-true``
+entries have ``null`` ε (they are not private).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from controller.errors import ConfigurationError
+from controller.method import METHODS
+from histogram.noise import Randomness
+from stream.config import ConfigError, Settings
+from stream.lab.metrics import ErrorAccumulator, Workload, summarise
+
+__all__ = [
+    "EvaluationError",
+    "InputReport",
+    "Truth",
+    "parse_methods",
+    "settings_with",
+    "check_methods",
+    "run_method",
+    "evaluate",
+    "evaluate_settings",
+]
+
+FIRST_ROWS = 5
+
+METRICS = (
+    "mae",
+    "mre",
+    "query_abs_error",
+    "query_rel_error",
+    "fresh_releases",
+    "epsilon_spent",
+    "max_window_spend",
+)
+
+
+class EvaluationError(ValueError):
+    """The evaluation cannot run as asked; the message says why and what to do."""
+
+
+@dataclass
+class InputReport:
+    """What reading the input found (bad rows are counted, never silently dropped)."""
+
+    kind: str
+    path: str
+    rows: int = 0
+    accepted: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    first_rows: dict[str, list[int]] = field(default_factory=dict)
+    bounded_out: int = 0
+    unknown_columns: list[str] = field(default_factory=list)
+
+    @property
+    def late(self) -> int:
+        return self.rejected.get("timestep_sealed", 0)
+
+    @property
+    def bad_rows(self) -> int:
+        """Dead-lettered rows (every rejection but the late ones)."""
+        return int(sum(v for k, v in self.rejected.items() if k != "timestep_sealed"))
+
+    def note(self, rej: Any) -> None:
+        """Count a :class:`stream.ingest.events.Rejections` and keep the first line numbers per reason."""
+        from stream.ingest.events import REASONS
+
+        for reason, n in rej.counts().items():
+            self.rejected[reason] = self.rejected.get(reason, 0) + n
+        rows = rej.row
+        for code in np.unique(rej.reason).tolist():
+            reason = REASONS[code - 1]
+            r = np.sort(rows[(rej.reason == code) & (rows >= 0)])[:FIRST_ROWS].tolist()
+            self.first_rows[reason] = sorted(set(self.first_rows.get(reason, [])) | set(r))[:FIRST_ROWS]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "rows": self.rows,
+            "accepted": self.accepted,
+            "bad_rows": self.bad_rows,
+            "late": self.late,
+            "rejected": dict(sorted(self.rejected.items())),
+            "first_rows": dict(sorted(self.first_rows.items())),
+            "bounded_out": self.bounded_out,
+        }
+
+    def summary(self) -> str:
+        if self.kind == "counts":
+            return f"read {self.rows} timesteps from the counts file {self.path}"
+        parts = [f"read {self.rows} rows from {self.path}", f"{self.accepted} accepted"]
+        if self.bounded_out:
+            parts.append(f"{self.bounded_out} dropped by contribution bounding (one record per person per timestep)")
+        if self.bad_rows:
+            reasons = ", ".join(f"{k}: {v}" for k, v in sorted(self.rejected.items()) if k != "timestep_sealed")
+            parts.append(f"{self.bad_rows} bad rows ({reasons})")
+        if self.late:
+            parts.append(f"{self.late} late (timestep_sealed)")
+        return "; ".join(parts)
+
+    def details(self) -> list[str]:
+        """One line per rejection reason with its first line numbers."""
+        out = []
+        for reason in sorted(self.rejected):
+            rows = self.first_rows.get(reason)
+            first = f" (first lines {', '.join(map(str, rows))})" if rows else ""
+            out.append(f"{reason}: {self.rejected[reason]}{first}")
+        if self.unknown_columns:
+            out.append(f"note: column(s) {self.unknown_columns} are not in the config; rows with a value there "
+                       "are rejected as unknown_attribute")
+        return out
+
+
+@dataclass(frozen=True)
+class Truth:
+    """True per-timestep histograms and the report of how they were read."""
+
+    counts: np.ndarray
+    report: InputReport
+
+
+def parse_methods(text: str | Sequence[str]) -> list[str]:
+    """``"dsat,dsft,uniform"`` → ``["dsat", "dsft", "uniform"]`` (checked, no repeats)."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    names = [m.strip().lower() for m in items if m.strip()]
+    if not names:
+        raise EvaluationError("--methods is empty: list at least one of " + ", ".join(METHODS))
+    unknown = [m for m in names if m not in METHODS]
+    if unknown:
+        raise EvaluationError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
+    if len(set(names)) != len(names):
+        raise EvaluationError(f"--methods lists a method twice: {','.join(names)}")
+    return names
+
+
+def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def settings_with(settings: Settings, changes: Mapping[str, Any]) -> Settings:
+    """A re-validated copy of ``settings`` with nested ``changes`` (e.g. ``{"release": {"k": 0.1}}``)."""
+    data = _deep_merge(settings.model_dump(by_alias=True, mode="json"), changes)
+    try:
+        return Settings(**data).validate_all()
+    except ConfigError:
+        raise
+    except (ConfigurationError, ValueError) as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from exc
+
+
+def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Settings]:
+    """Per-method settings; a method that cannot run under this config is a clear error."""
+    out: dict[str, Settings] = {}
+    unit = settings.privacy.unit
+    for m in methods:
+        try:
+            out[m] = settings_with(settings, {"release": {"decision": m}})
+        except ConfigError as exc:
+            text = str(exc)
+            if m in ("bd", "ba") and unit != "w-event":
+                raise EvaluationError(
+                    f"method {m} is a w-event mechanism (Kellaris et al.) and this config's privacy unit is "
+                    f"{unit}: set privacy.unit: w-event and privacy.w, or drop {m} from --methods"
+                ) from None
+            raise EvaluationError(f"method {m} cannot run with this configuration: {text}") from None
+    return out
+
+
+def _frac_float(x: Fraction | None) -> float:
+    return 0.0 if x is None else float(x)
+
+
+@dataclass
+class RunTrace:
+    """One run of one method: metrics and the decisions (source timestep per timestep)."""
+
+    metrics: dict[str, float]
+    sources: list[int | None]
+
+
+def run_method(
+    settings: Settings,
+    workload: Workload,
+    randomness: Randomness,
+    *,
+    tick: Callable[[int], None] | None = None,
+    tick_every: int = 25,
+) -> RunTrace:
+    """Step ``settings.engine()`` over every timestep once; errors against the truth."""
+    engine = settings.engine()
+    stream_id = settings.stream.id
+    state = engine.initial_state()
+    acc = ErrorAccumulator(workload)
+    sources: list[int | None] = []
+    max_window: Fraction = Fraction(0)
+    release = None
+    pending = 0
+    for t in range(workload.timesteps):
+        release, state = engine.step(state, workload.truth[t], randomness.drawer(stream_id, t, "release"))
+        src = release.source_timestep
+        sources.append(src)
+        acc.add(t, src, None if src is None else release.counts)
+        window = release.window_spend if release.window_spend is not None else release.epsilon_spent
+        if window > max_window:
+            max_window = window
+        pending += 1
+        if tick is not None and pending >= tick_every:
+            tick(pending)
+            pending = 0
+    if tick is not None and pending:
+        tick(pending)
+    metrics = acc.metrics()
+    metrics["fresh_releases"] = float(release.fresh_count) if release else 0.0
+    metrics["epsilon_spent"] = _frac_float(release.epsilon_spent if release else None)
+    metrics["max_window_spend"] = float(max_window)
+    return RunTrace(metrics, sources)
+
+
+def true_version(workload: Workload, sources: Sequence[int | None]) -> dict[str, float | None]:
+    """Metrics of the same decisions with exact (noise-free) histograms: the update error."""
+    acc = ErrorAccumulator(workload)
+    for t, src in enumerate(sources):
+        acc.add(t, src, None if src is None else workload.truth[src])
+    out: dict[str, float | None] = dict(acc.metrics())
+    out["fresh_releases"] = float(len({s for s in sources if s is not None}))
+    out["epsilon_spent"] = None
+    out["max_window_spend"] = None
+    return out
+
+
+def _estimate_rows(path: Path) -> int:
+    """Rows in a CSV file, estimated from the size and the first 64 KiB (for the progress bar)."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16)
+    lines = max(1, head.count(b"\n"))
+    return max(1, int(size * lines / max(1, len(head))) - 1)
+
+
+def _progress(total: int, enabled: bool | None, desc: str, unit: str = "step") -> Any:
+    if enabled is False or total <= 0:
+        return None
+    if enabled is None and not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, file=sys.stderr, leave=False,
+                dynamic_ncols=True)
+
+
+def evaluate_settings(
+    per_method: Mapping[str, Settings],
+    workload: Workload,
+    *,
+    runs: int,
+    seed: int,
+    true_versions: Iterable[str] = (),
+    confidence: float = 0.95,
+    progress: bool | None = None,
+    desc: str = "evaluate",
+) -> dict[str, Any]:
+    """Evaluate already-validated per-method settings on one workload (the JSON result)."""
+    if runs < 1:
+        raise EvaluationError(f"--runs must be >= 1, got {runs}")
+    if seed < 0:
+        raise EvaluationError(f"--seed must be >= 0, got {seed}")
+    if workload.timesteps < 1:
+        raise EvaluationError("the input has no timesteps: nothing to evaluate")
+    true_set = set(true_versions)
+    bar = _progress(len(per_method) * runs * workload.timesteps, progress, desc, unit="timestep")
+    tick = bar.update if bar is not None else None
+    methods: dict[str, Any] = {}
+    try:
+        for name, s in per_method.items():
+            if bar is not None:
+                bar.set_description(f"{desc} {name}")
+            traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
+            methods[name] = summarise([tr.metrics for tr in traces], confidence)
+            if name in true_set:
+                methods[f"{name}-true"] = summarise([true_version(workload, tr.sources) for tr in traces], confidence)
+    finally:
+        if bar is not None:
+            bar.close()
+    return {
+        "timesteps": workload.timesteps,
+        "bins": workload.bins,
+        "runs": runs,
+        "queries": workload.query_count,
+        "methods": methods,
+    }
+
+
+def evaluate(
+    settings: Settings,
+    truth: np.ndarray,
+    methods: Sequence[str],
+    *,
+    runs: int = 10,
+    queries: int = 1000,
+    seed: int = 0,
+    sanity: float = 1.0,
+    query_size: int | None = None,
+    true_versions: Iterable[str] = (),
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Evaluate ``methods`` on the true histograms ``truth`` (``(T, U)`` ints) under ``settings``."""
+    names = parse_methods(methods)
+    per_method = check_methods(settings, names)
+    truth = np.asarray(truth)
+    bins = settings.domain().size
+    if truth.ndim != 2 or truth.shape[1] != bins:
+        raise InputError(
+            f"the input has {truth.shape[-1] if truth.ndim else 0} bins per timestep but the config's domain has "
+            f"{bins}: use the config the data was produced with"
+        )
+    try:
+        workload = Workload.build(
+            truth, settings.domain().shape, queries=queries, seed=seed, sanity=sanity, query_size=query_size
+        )
+    except ValueError as exc:
+        raise EvaluationError(str(exc)) from None
+    unknown = set(true_versions) - set(names)
+    if unknown:
+        raise EvaluationError(f"--true lists {', '.join(sorted(unknown))}, which --methods does not")
+    return evaluate_settings(
+        per_method,
+        workload,
+        runs=runs,
+        seed=seed,
+        true_versions=true_versions,
+        confidence=settings.release.confidence,
+        progress=progress,
+    )
+
+
+# -- reading the input ----------------------------------------------------------------
+
+
+def sniff_kind(path: str | Path, settings: Settings) -> str:
+    """``events`` when the header names the user-id and event-time columns, else ``counts``."""
+    from stream.ingest.csvio import CsvError, read_header
+
+    try:
+        cols = set(read_header(path))
+    except CsvError as exc:
+        raise InputError(str(exc)) from None
+    schema = settings.schema_
+    return "events" if {schema.user_id, schema.event_time} <= cols else "counts"
+
+
+class InputError(EvaluationError):
+    """The input cannot be read (missing, empty, malformed under ``--strict``, no timesteps)."""
+
+
+def load_truth(
+    settings: Settings,
+    path: str | Path,
+    *,
+    kind: str = "auto",
+    strict: bool = False,
+    progress: bool | None = None,
+) -> Truth:
+    """Read ``path`` into true per-timestep histograms, as the service would window it.
+
+    Events go through the service's own code: the CSV reader
+    (:mod:`stream.ingest.csvio`), row validation (:func:`stream.ingest.events.validate_batch`),
+    the windower (:class:`stream.ingest.windowing.Windower`: grid, watermark,
+    lateness, final flush as in replay) and contribution bounding
+    (:meth:`stream.ingest.windowing.TimestepData.counts`). A counts file is read
+    with the counts reader and taken as already aggregated and bounded.
+
+    Raises:
+        InputError: the file is missing or unreadable, has no timesteps, or
+            (``strict``) holds a rejected row; the message names the row.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"input file {p} does not exist")
+    if kind == "auto":
+        kind = sniff_kind(p, settings)
+    if kind == "counts":
+        return _load_counts(settings, p)
+    if kind != "events":
+        raise EvaluationError(f"--input-kind must be auto, events or counts, got {kind!r}")
+    return _load_events(settings, p, strict=strict, progress=progress)
+
+
+def _load_events(settings: Settings, path: Path, *, strict: bool, progress: bool | None) -> Truth:
+    from stream.ingest.csvio import CsvError, EventCsvReader
+    from stream.ingest.events import Rejections
+    from stream.pipeline import ReleasePipeline
+
+    bins = settings.domain().size
+    # The service's pipeline validates and windows (pipe.offer, as replay does); the sealed
+    # timesteps are counted with its windower's own contribution bounding instead of being
+    # stepped: the evaluation steps each method itself, R times.
+    pipe = ReleasePipeline(settings, noise=Randomness.seeded(0))
+    window = pipe.window
+    report = InputReport("events", str(path))
+    hists: list[np.ndarray] = []
+
+    def seal(final: bool) -> None:
+        for cell in window.sealable(final=final):
+            data = window.take(cell)
+            counts = data.counts(bins, settings.privacy.contribution_bound)
+            report.bounded_out += len(data) - int(counts.sum())
+            hists.append(counts)
+            window.advance()
+
+    def note(rej: Any) -> None:
+        if not len(rej):
+            return
+        if strict:
+            r = rej.first()
+            where = f"line {r.row}" if r.row is not None else "a line"
+            raise InputError(f"{path}: {where}: {r.reason}: {r.detail} (--strict stops at the first rejected row)")
+        report.note(rej)
+
+    try:
+        reader = EventCsvReader(path, settings)
+        report.unknown_columns = list(reader.unknown_columns)
+        bar = _progress(_estimate_rows(path), progress, "read", unit="row")
+        try:
+            for block in reader:
+                if bar is not None:
+                    bar.update(len(block.batch) + len(block.rejections))
+                report.rows += len(block.batch) + len(block.rejections)
+                rejected = pipe.offer(block.batch) if len(block.batch) else Rejections.empty()
+                note(Rejections.concat([block.rejections, rejected]) if len(rejected) else block.rejections)
+                seal(final=False)
+            seal(final=True)
+        finally:
+            if bar is not None:
+                bar.close()
+    except CsvError as exc:
+        raise InputError(str(exc)) from None
+    report.accepted = pipe.stats.events_accepted
+    if not hists:
+        raise InputError(f"{path}: no valid events, so no timesteps to evaluate ({report.summary()})")
+    return Truth(np.vstack(hists), report)
+
+
+def _load_counts(settings: Settings, path: Path) -> Truth:
+    """A counts file (:func:`stream.ingest.csvio.read_counts`): already aggregated and bounded."""
+    from stream.ingest.csvio import CsvError, read_counts
+
+    try:
+        arr = read_counts(path, settings.domain().size)
+    except CsvError as exc:
+        raise InputError(str(exc)) from None
+    report = InputReport("counts", str(path), rows=int(arr.shape[0]), accepted=int(arr.shape[0]))
+    return Truth(arr, report)

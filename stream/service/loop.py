@@ -1,0 +1,682 @@
+"""The dpstream service: consume → window → release → journal → produce, exactly once.
+
+The loop (one thread; SIGTERM/SIGINT only set a flag; every wait is bounded
+by ``service.poll_timeout``, so the loop wakes up to stop and to seal idle
+timesteps)::
+
+    poll ≤ kafka.max_poll_records records
+      → decode + validate + window (ReleasePipeline.offer)
+      → dead letters and late events become records of the next checkpoint
+    seal what the watermark / idle rule allows (ReleasePipeline.seal)
+      → each sealed timestep's release becomes a record of the next checkpoint
+    checkpoint when a timestep was sealed, when ``service.commit_interval``
+    passed with new input, or when ``service.max_buffered_records`` records wait:
+      1. journal.append(checkpoint)       fsync: release bytes, ledger, engine,
+                                           windows incl. open events, offsets
+      2. one Kafka transaction: every record of the checkpoint, the input
+         offsets and the checkpoint marker (kafka_io), then commit
+
+Why no event is lost or counted twice (the "persist open windows" choice).
+Checkpoint *n* is taken after offering exactly the input records with offset
+< ``offsets_n[p]`` on every partition *p*; its windowing snapshot holds the
+buffered events of every open timestep; its transaction commits exactly
+``offsets_n`` and marker *n*. So the group's committed offsets always equal
+the offsets of a journaled checkpoint whose state accounts for every earlier
+record once: counted in a sealed timestep (whose release is in that or an
+earlier checkpoint), buffered in an open timestep (in the snapshot), or
+dead-lettered / late (whose record is in that or an earlier checkpoint). At
+start-up the service restores that checkpoint — first re-sending it when its
+transaction did not commit: the same records, offsets and marker — and
+consumes from ``offsets_n``; a record re-delivered below a partition's
+position is dropped by offset. A crash between checkpoints loses only work
+nothing outside has seen (no record is produced outside a checkpoint), so
+redoing it, even drawing noise again for a timestep that had been sealed in
+memory only, still lets exactly one draw per timestep reach Kafka.
+
+Why noise is never redrawn for anything that may be visible: a release is
+produced only inside the transaction of the checkpoint that journaled it,
+after the fsync; after a crash the journaled checkpoint is re-sent byte for
+byte (:func:`stream.service.journal.plan_recovery`), never recomputed. The embedded
+broker shows records of interrupted transactions; they are byte-identical to
+the re-sent ones, and consumers drop duplicates by ``release_id``.
+
+Test-only fault injection: ``DPSTREAM_FAILPOINT=name[:n]`` (names in
+:data:`FAILPOINTS`) kills the process with SIGKILL the *n*-th time the loop
+reaches that point. Unset, it does nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections import Counter as TallyCounter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+from kafka import TopicPartition
+
+from controller.errors import StateError
+from stream.config import Settings
+from stream.ingest.events import EventDecoder, Rejections, parse_times
+from stream.messages import parse_message
+from stream.pipeline import JOURNAL_VERSION, ReleasePipeline, SealedRelease
+from stream.service.http import Health, HttpServer, make_app
+from stream.service.journal import (
+    Checkpoint,
+    Journal,
+    JournaledOutput,
+    JournaledRelease,
+    JournalError,
+    canonical_json,
+    plan_recovery,
+)
+from stream.service.kafka_io import (
+    InputReader,
+    KafkaIOError,
+    OutRecord,
+    TransactionalWriter,
+    committed_marker,
+    ensure_topics,
+    make_producer,
+    read_tail,
+    rejection_records,
+    transactional_id_for,
+)
+from stream.service.logs import get_logger, log
+from stream.service.metrics import Metrics
+
+__all__ = ["Service", "run_service", "Failpoints", "FAILPOINTS", "EXIT_OK", "EXIT_REFUSED", "EXIT_FAILED"]
+
+INTERNAL_ERROR = "internal_error"  # dead-letter reason for a message the decoder itself failed on
+FAILPOINTS = ("after_noise", "after_journal", "mid_produce", "after_produce_before_commit")
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+LAG_INTERVAL_S = 5.0
+MAX_RELEASES_PER_CHECKPOINT = 100
+
+_log = get_logger("service")
+
+
+class Failpoints:
+    """``DPSTREAM_FAILPOINT=name[:n][,name[:n]…]``: SIGKILL at the n-th hit (default 1). Inert when unset."""
+
+    def __init__(self, spec: str | None) -> None:
+        self._targets: dict[str, int] = {}
+        self._hits: TallyCounter[str] = TallyCounter()
+        for part in (spec or "").split(","):
+            if not part.strip():
+                continue
+            name, _, nth = part.strip().partition(":")
+            if name not in FAILPOINTS:
+                raise ValueError(f"unknown failpoint {name!r}; choose from {', '.join(FAILPOINTS)}")
+            self._targets[name] = int(nth or 1)
+
+    def wants(self, name: str) -> bool:
+        """Whether ``name`` is armed (lets callers skip work that only a failpoint needs)."""
+        return name in self._targets
+
+    def __call__(self, name: str) -> None:
+        if name in self._targets:
+            self._hits[name] += 1
+            if self._hits[name] == self._targets[name]:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+class ServiceError(RuntimeError):
+    """The service cannot continue (fatal Kafka error, inconsistent state)."""
+
+
+@dataclass
+class _Pending:
+    """What the next checkpoint will carry."""
+
+    releases: list[tuple[SealedRelease, float]] = field(default_factory=list)
+    outputs: list[JournaledOutput] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.releases or self.outputs)
+
+
+def checkpoint_records(cp: Checkpoint, settings: Settings) -> list[OutRecord]:
+    """The Kafka records of a checkpoint, in journal order (the same for a first send and a re-send)."""
+    k = settings.kafka
+    key = settings.stream.id.encode()
+    topics = {"domain": k.output_topic, "dead_letter": k.dead_letter_topic, "late": k.late_topic}
+    records = [OutRecord(k.output_topic, o.key, o.value, o.headers) for o in cp.outputs if o.role == "domain"]
+    records += [OutRecord(k.output_topic, key, r.message) for r in cp.releases]
+    records += [OutRecord(topics[o.role], o.key, o.value, o.headers) for o in cp.outputs if o.role != "domain"]
+    if not records:
+        # A transaction that carries only offsets: the embedded broker drops its offset commit
+        # (verified), so it always carries one record — a checkpoint marker on the internal state
+        # topic, derived from the journaled checkpoint (a re-send is byte-identical).
+        marker = {"stream": settings.stream.id, "checkpoint": cp.seq,
+                  "offsets": {str(p): o for p, o in sorted(cp.offsets.items())}}
+        records.append(OutRecord(k.state_topic, key, canonical_json(marker)))
+    return records
+
+
+def _budget(pipeline: ReleasePipeline, settings: Settings) -> tuple[Fraction, Fraction, Fraction, bool]:
+    state = pipeline.engine_state
+    acct = state.accountant
+    last = max(0, state.timestep - 1)
+    remaining = acct.remaining(last)
+    if settings.privacy.unit == "user-level":
+        exhausted = state.fresh_count >= settings.privacy.cutoff or remaining <= 0
+    else:
+        exhausted = remaining <= 0
+    return Fraction(settings.privacy.epsilon), acct.spent, remaining, exhausted
+
+
+class Service:
+    """One stream's service. ``start()`` recovers, ``run()`` loops until stopped.
+
+    Args:
+        settings: validated settings.
+        metrics, health: shared with the HTTP server.
+        stop: set it to stop the loop (signal handlers do only that).
+        failpoint: test hook (see :class:`Failpoints`).
+        max_timesteps: stop after this many timesteps were released (demo).
+    """
+
+    def __init__(self, settings: Settings, *, metrics: Metrics, health: Health, stop: threading.Event,
+                 failpoint: Callable[[str], None] | None = None, max_timesteps: int | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.health = health
+        self.stop = stop
+        self.failpoint = failpoint or (lambda _name: None)
+        self.max_timesteps = max_timesteps
+        self.stream_id = settings.stream.id
+        self.fingerprint = settings.fingerprint()
+        self.decoder = EventDecoder.from_settings(settings)
+        self.journal: Journal | None = None
+        self.reader: InputReader | None = None
+        self.producer: Any = None
+        self.writer: TransactionalWriter | None = None
+        self.pipeline: ReleasePipeline | None = None
+        self.positions: dict[int, int] = {}      # next input offset per partition (processed)
+        self.committed: dict[int, int] = {}      # offsets of the last committed checkpoint
+        self.open_events: dict[int, int] = {}    # private audit: accepted events per open grid cell
+        self.pending = _Pending()
+        self.released = 0
+        self._last_checkpoint = time.monotonic()
+        self._last_lag = 0.0
+        self._step_mark = 0.0
+        self.domain_bytes = b""
+
+    # -- start-up ----------------------------------------------------------------
+    def start(self) -> None:
+        """Connect, recover from the journal (re-sending an uncommitted checkpoint), restore the pipeline.
+
+        Raises:
+            JournalError (and subclasses): refuse to start (fail closed).
+            KafkaIOError: Kafka unusable.
+        """
+        s, k = self.settings, self.settings.kafka
+        self.health.set(False, "connecting")
+        pipeline_probe = ReleasePipeline(s)  # domain message and validation of the config
+        self.domain_bytes = pipeline_probe.domain_message().to_bytes()
+        if k.create_topics:
+            created = ensure_topics(k, {k.input_topic: k.topic_partitions, k.output_topic: k.topic_partitions,
+                                        k.dead_letter_topic: k.topic_partitions, k.late_topic: k.topic_partitions,
+                                        k.state_topic: 1})
+            if created:
+                log(_log, logging.INFO, "created topics", topics=created)
+        self.reader = InputReader(k, k.input_topic, slack_s=s.stream.allowed_lateness.total_seconds() / 2)
+        self.health.set(False, "recovering")
+        state_dir = s.service.state_dir
+        journal = Journal.open(state_dir, self.stream_id) if Journal.exists(state_dir, self.stream_id) else None
+        try:
+            plan = self._plan(journal)
+        except BaseException:
+            if journal is not None:
+                journal.close()
+            raise
+        if journal is None:
+            journal = Journal.create(state_dir, self.stream_id, fingerprint=self.fingerprint,
+                                     privacy_view=s.privacy_view())
+        if journal.last_seq == 0:  # nothing published yet: the stream's first checkpoint carries its domain
+            self.pending.outputs.append(JournaledOutput("domain", self.stream_id.encode(), self.domain_bytes))
+        self.journal = journal
+        if plan.truncate_torn:
+            journal.truncate_torn_tail()
+        level = logging.WARNING if plan.redo is not None or plan.truncate_torn else logging.INFO
+        for note in plan.notes:
+            log(_log, level, "recovery", note=note)
+        self.producer = make_producer(k, transactional_id_for(k, self.stream_id))
+        for topic in (k.output_topic, k.dead_letter_topic, k.late_topic, k.state_topic):
+            self.producer.partitions_for(topic)  # metadata now, not inside the first transaction
+        self.writer = TransactionalWriter(self.producer, self.reader.group_metadata, k.state_topic, self.failpoint)
+        if plan.redo is None:
+            self.writer.warm_up(journal.last_seq)
+        else:
+            if not self._commit(plan.redo):
+                raise ServiceError("stopped while re-sending the journaled checkpoint")
+            self.metrics.recoveries.inc()
+            self.metrics.releases_resent.inc(len(plan.redo.releases))
+            log(_log, logging.WARNING, "re-sent journaled checkpoint", seq=plan.redo.seq,
+                releases=len(plan.redo.releases), records=len(checkpoint_records(plan.redo, s)))
+        windowing = plan.windowing or {}
+        self.pipeline = ReleasePipeline(s, engine_state=plan.engine, window_state=windowing.get("window"),
+                                        step_hook=self._on_sealed, recall=self._recall)
+        if self.pipeline.window.max_event_time is not None:
+            # the idle clock restarts with the process (the snapshot has no wall time)
+            self.pipeline.window.last_event_wall = time.time()
+        self.open_events = {int(c): int(n) for c, n in (windowing.get("open_events") or {}).items()}
+        self.positions = dict(plan.resume_offsets)
+        self.committed = dict(plan.resume_offsets)
+        self.reader.seek(self.positions)
+        self.released = self.pipeline.next_index
+        self._publish_budget()
+        self.metrics.journal_bytes.set(journal.size)
+        self.metrics.info.info({"stream": self.stream_id, "decision": s.release.decision,
+                                "mechanism": s.release.mechanism, "unit": s.privacy.unit,
+                                "config_fingerprint": self.fingerprint[:16]})
+        log(_log, logging.INFO, "started", stream=self.stream_id, next_timestep=self.pipeline.next_index,
+            journal_checkpoints=journal.last_seq, partitions=len(self.reader.partitions),
+            resumed_from_offsets=bool(plan.resume_offsets))
+        self.health.set(True, "running")
+
+    def _plan(self, journal: Journal | None) -> Any:
+        k = self.settings.kafka
+        assert self.reader is not None
+        marker = committed_marker(self.reader.control, k.state_topic)
+        committed = self.reader.committed()
+        published = []
+        for _, _, value in read_tail(k, k.output_topic, key=self.stream_id.encode(), last=k.startup_tail_records):
+            try:
+                msg = parse_message(value)
+            except Exception:  # noqa: BLE001, S112 - not one of our messages: the journal check ignores it
+                continue
+            if getattr(msg, "message_type", "") == "release" and msg.stream == self.stream_id:
+                published.append((msg.timestep.index, _sha256(value), msg.release_id))
+        return plan_recovery(journal, stream_id=self.stream_id, fingerprint=self.fingerprint,
+                             privacy_view=self.settings.privacy_view(), marker=marker, committed=committed,
+                             published=published)
+
+    def _recall(self, index: int) -> dict[str, Any] | None:
+        """Pipeline hook: a timestep the journal already has is re-sent, never stepped again."""
+        journal = self.journal
+        if journal is None or index not in journal.index:
+            return None
+        for r in journal.last.releases if journal.last else ():
+            if r.timestep == index and r.cell is not None:
+                return {"version": JOURNAL_VERSION, "stream": self.stream_id,
+                        "config_fingerprint": self.fingerprint, "index": index, "cell": r.cell,
+                        "release_id": r.release_id, "payload": r.message.decode("ascii"),
+                        "engine_state": r.engine, "window": {}}
+        raise JournalError(f"timestep {index} was already released but the pipeline is sealing it again, and "
+                           "its bytes are no longer in the journal: state is inconsistent; refusing")
+
+    # -- the loop ----------------------------------------------------------------------
+    def run(self) -> int:
+        """Loop until the stop flag is set (or ``max_timesteps``); returns an exit code."""
+        assert self.pipeline is not None
+        while not self.stop.is_set():
+            self.health.tick()
+            live = self.reader is not None and self.reader.caught_up(self.positions)
+            batch = self._poll()
+            if batch:
+                self._ingest(batch, live=live)
+            self._seal()
+            if self._due() and not self._checkpoint():
+                break
+            self._update_lag()
+            if self.max_timesteps is not None and self.released >= self.max_timesteps:
+                log(_log, logging.INFO, "released the requested number of timesteps", timesteps=self.released)
+                break
+        self.health.set(False, "stopping")
+        if self.pending or self.positions != self.committed:
+            self._checkpoint()  # finish: commit what was processed (returns early if Kafka is failing)
+        log(_log, logging.INFO, "stopped", next_timestep=self.pipeline.next_index)
+        return EXIT_OK
+
+    def _poll(self) -> list[tuple[int, list[Any]]]:
+        assert self.reader is not None
+        try:
+            return self.reader.poll(self.settings.service.poll_timeout.total_seconds(),
+                                    self.settings.kafka.max_poll_records, self.positions)
+        except KafkaIOError as err:
+            self.metrics.kafka_errors.labels(str(err.retriable).lower()).inc()
+            if not err.retriable:
+                raise ServiceError(str(err)) from err
+            log(_log, logging.WARNING, "poll failed, retrying", error=str(err))
+            self.stop.wait(0.5)
+            return []
+
+    def _ingest(self, batch: list[tuple[int, list[Any]]], *, live: bool = True) -> None:
+        """Decode, validate and window one poll's records.
+
+        ``live``: the service had read everything there was before this poll, so these records
+        are new arrivals and the wall clock may extend the far-future bound; otherwise they are
+        a backlog (after a restart or a slow period) and the bound stays relative to the largest
+        accepted event time (:attr:`stream.ingest.windowing.Windower.catching_up`).
+        """
+        payloads: list[bytes] = []
+        sources: list[tuple[int, int]] = []
+        for p, records in batch:  # each partition's records in increasing offset order
+            floor = self.positions.get(p)
+            if floor is not None and records and records[0].offset < floor:
+                records = [r for r in records if r.offset >= floor]  # re-delivered: already processed
+            if not records:
+                continue
+            offsets = [r.offset for r in records]
+            payloads.extend([r.value or b"" for r in records])
+            sources.extend(zip(repeat(p), offsets))
+            self.positions[p] = offsets[-1] + 1
+        if not payloads:
+            return
+        assert self.pipeline is not None
+        now = time.time()
+        self.pipeline.window.catching_up = not live
+        m = self.metrics
+        m.messages_consumed.inc(len(payloads))
+        for decoded, part_sources in self._decode(payloads, sources):
+            offered = self.pipeline.offer(decoded.batch, now=now)  # an error here is fatal: state may be torn
+            rejected = Rejections.concat([decoded.rejections, offered])
+            self._observe_accepted(decoded.batch, offered, part_sources)
+            self._dead_letter(rejected)
+            m.events_consumed.inc(len(decoded.batch) + len(decoded.rejections))
+            m.events_accepted.inc(len(decoded.batch) - len(offered))
+            m.count_rejections(rejected.counts())
+
+    def _decode(self, payloads: list[bytes], sources: list[tuple[int, int]]) -> list[tuple[Any, list[Any]]]:
+        """Decode a poll's messages; a message the decoder cannot handle at all is dead-lettered
+        (``internal_error``) instead of stopping the service (a poison pill would crash it forever)."""
+        try:
+            return [(self.decoder.decode(payloads, sources), sources)]
+        except Exception:  # noqa: BLE001, S110 - isolate the message that breaks the decoder
+            pass
+        parts = []
+        for payload, source in zip(payloads, sources, strict=True):
+            try:
+                parts.append((self.decoder.decode([payload], [source]), [source]))
+            except Exception as exc:  # noqa: BLE001
+                self._unprocessable(payload, source, exc)
+        return parts
+
+    def _unprocessable(self, payload: bytes, source: tuple[int, int], exc: BaseException) -> None:
+        k = self.settings.kafka
+        headers = (("dpstream.reason", INTERNAL_ERROR.encode()),
+                   ("dpstream.detail", f"{type(exc).__name__}"[:200].encode()),
+                   ("dpstream.stream", self.stream_id.encode()),
+                   ("dpstream.source.topic", k.input_topic.encode()),
+                   ("dpstream.source.partition", str(source[0]).encode()),
+                   ("dpstream.source.offset", str(source[1]).encode()))
+        self.pending.outputs.append(JournaledOutput("dead_letter", f"{source[0]}:{source[1]}".encode(),
+                                                    payload, headers))
+        self.metrics.events_consumed.inc()
+        self.metrics.dead_letters.labels(INTERNAL_ERROR).inc()
+        log(_log, logging.ERROR, "message could not be processed; dead-lettered", partition=source[0],
+            offset=source[1], error_type=type(exc).__name__)
+
+    def _dead_letter(self, rejected: Rejections) -> None:
+        topic, stream = self.settings.kafka.input_topic, self.stream_id
+        try:
+            records = rejection_records(rejected, input_topic=topic, stream=stream)
+        except Exception:  # noqa: BLE001 - one odd rejection must not lose the others
+            records = []
+            for rej in rejected:
+                try:
+                    records += rejection_records([rej], input_topic=topic, stream=stream)
+                except Exception:  # noqa: BLE001
+                    src = rej.source if isinstance(rej.source, tuple) else (None, None)
+                    records.append(("late" if rej.late else "dead_letter", f"{src[0]}:{src[1]}".encode(),
+                                    rej.payload or b"", (("dpstream.reason", rej.reason.encode()),)))
+        for role, key, value, headers in records:
+            self.pending.outputs.append(JournaledOutput(role, key, value, headers))
+
+    def _observe_accepted(self, batch: Any, offered: Rejections, sources: list[tuple[int, int]]) -> None:
+        """Accepted events: the private audit per grid cell (journaled, never published or logged),
+        and each partition's largest event time (for :class:`EventTimeAligner`)."""
+        n = len(batch)
+        if not n:
+            return
+        accepted = ~np.isin(batch.rows, offered.row) if len(offered) else np.ones(n, dtype=bool)
+        if not accepted.any():
+            return
+        times, _, _ = parse_times(batch.event_time)
+        assert self.pipeline is not None
+        cells, counts = np.unique(self.pipeline.grid.cell(times[accepted]), return_counts=True)
+        for c, k in zip(cells.tolist(), counts.tolist(), strict=True):
+            self.open_events[c] = self.open_events.get(c, 0) + k
+        if self.reader is not None and batch.messages is not None and len(self.reader.partitions) > 1:
+            part = np.fromiter((src[0] for src in sources), dtype=np.int64, count=len(sources))[batch.messages]
+            acc_part, acc_time = part[accepted], times[accepted]
+            for p in np.unique(acc_part).tolist():
+                self.reader.observe(int(p), float(acc_time[acc_part == p].max()))
+
+    def _seal(self) -> None:
+        """Seal what the watermark allows, and idle timesteps — but only once caught up with the input:
+        a backlog (after a restart or a slow period) is not a quiet stream."""
+        assert self.pipeline is not None and self.reader is not None
+        self._step_mark = time.monotonic()
+        idle_clock = time.time() if self.reader.caught_up(self.positions) else None
+        if idle_clock is None and self.pipeline.window.last_event_wall is not None:
+            self.pipeline.window.last_event_wall = time.time()  # the idle timer runs only while caught up
+        self.pipeline.seal(now=idle_clock)
+
+    def _on_sealed(self, sealed: SealedRelease) -> None:
+        """Step hook: the timestep's noise is drawn; nothing is visible yet."""
+        now = time.monotonic()
+        self.metrics.step_duration.observe(now - self._step_mark)
+        self._step_mark = now
+        self.failpoint("after_noise")
+        self.pending.releases.append((sealed, now))
+
+    def _due(self) -> bool:
+        """When to checkpoint. A sealed timestep is published at once when the service is caught up
+        with its input (seal-to-publish latency); while it works through a backlog, seals are
+        batched for up to ``commit_interval`` (the data is old anyway; one fsync and one
+        transaction then carry many timesteps)."""
+        assert self.reader is not None
+        interval = self.settings.service.commit_interval.total_seconds()
+        since = time.monotonic() - self._last_checkpoint
+        if len(self.pending.outputs) >= self.settings.service.max_buffered_records:
+            return True
+        if self.pending.releases:
+            return (since >= interval or len(self.pending.releases) >= MAX_RELEASES_PER_CHECKPOINT
+                    or self.reader.caught_up(self.positions))
+        new_input = bool(self.pending.outputs) or self.positions != self.committed
+        return new_input and since >= interval
+
+    def _journaled_release(self, sealed: SealedRelease) -> JournaledRelease:
+        ledger = tuple(e.to_json() for e in sealed.release.ledger) if sealed.release is not None else ()
+        events = self.open_events.pop(sealed.cell, 0)
+        return JournaledRelease(sealed.index, sealed.release_id, sealed.kind, sealed.payload, ledger,
+                                sealed.engine_snapshot(), {"events": events}, sealed.cell)
+
+    def _checkpoint(self) -> bool:
+        """Journal (fsync) then commit one transaction. False when stopped before it committed."""
+        assert self.journal is not None and self.pipeline is not None
+        started = time.monotonic()
+        pending, self.pending = self.pending, _Pending()
+        releases = tuple(self._journaled_release(s) for s, _ in pending.releases)
+        window = self.pipeline.window.snapshot(include_buffers=True)
+        cp = Checkpoint(self.journal.last_seq + 1, dict(self.committed), dict(self.positions), releases,
+                        tuple(pending.outputs),
+                        {"window": window, "open_events": {str(c): n for c, n in self.open_events.items()}})
+        t0 = time.monotonic()
+        self.journal.append(cp)
+        self.metrics.journal_fsync.observe(time.monotonic() - t0)
+        self.failpoint("after_journal")
+        if not self._commit(cp):
+            return False
+        done = time.monotonic()
+        self._last_checkpoint = done
+        self.committed = dict(cp.offsets)
+        m = self.metrics
+        m.checkpoint_duration.observe(done - started)
+        for (sealed, sealed_at), r in zip(pending.releases, releases, strict=True):
+            m.seal_to_publish.observe(done - sealed_at)
+            m.timesteps_sealed.inc()
+            m.releases.labels(r.kind).inc()
+            if sealed.recovered:
+                m.releases_resent.inc()
+        if releases:
+            self.released = releases[-1].timestep + 1
+            m.last_timestep.set(releases[-1].timestep)
+            m.last_release_time.set(time.time())
+            self._publish_budget()
+            log(_log, logging.INFO, "released", timesteps=[r.timestep for r in releases][:8],
+                kinds=sorted({r.kind for r in releases}), checkpoint=cp.seq,
+                dead_letters=sum(o.role == "dead_letter" for o in cp.outputs),
+                late_events=sum(o.role == "late" for o in cp.outputs))
+        if self.journal.maybe_compact():
+            log(_log, logging.INFO, "compacted the journal", size_bytes=self.journal.size)
+        m.journal_bytes.set(self.journal.size)
+        return True
+
+    def _commit(self, cp: Checkpoint) -> bool:
+        """Send a journaled checkpoint until it commits. Retries re-send the same records."""
+        assert self.writer is not None
+        records = checkpoint_records(cp, self.settings)
+        offsets = {TopicPartition(self.settings.kafka.input_topic, p): o for p, o in cp.offsets.items()}
+        backoff = 0.2
+        while True:
+            try:
+                self.writer.commit(records, offsets, cp.seq)
+                self.metrics.transactions.labels("committed").inc()
+                if not self.health.ready and not self.stop.is_set():
+                    self.health.set(True, "running")
+                return True
+            except KafkaIOError as err:
+                self.metrics.transactions.labels("failed").inc()
+                self.metrics.kafka_errors.labels(str(err.retriable).lower()).inc()
+                if not err.retriable:
+                    raise ServiceError(f"{err}; the journaled checkpoint {cp.seq} will be re-sent at the next "
+                                       "start") from err
+                log(_log, logging.WARNING, "transaction failed, retrying the same records", checkpoint=cp.seq,
+                    error=str(err))
+                self.health.set(False, f"retrying transaction: {err.action}")
+                if self.stop.wait(backoff):
+                    log(_log, logging.WARNING, "stopping with an uncommitted checkpoint (re-sent at next start)",
+                        checkpoint=cp.seq)
+                    return False
+                backoff = min(5.0, backoff * 2)
+                self._reset_producer()
+
+    def _reset_producer(self) -> None:
+        """A fresh producer (init_transactions aborts whatever the old one left open)."""
+        k = self.settings.kafka
+        try:
+            self.producer.close(timeout=1)
+        except Exception:  # noqa: BLE001, S110 - it is being replaced
+            pass
+        try:
+            self.producer = make_producer(k, transactional_id_for(k, self.stream_id))
+        except KafkaIOError as err:
+            if not err.retriable:
+                raise ServiceError(str(err)) from err
+            return  # the next commit attempt fails fast and retries
+        assert self.writer is not None
+        self.writer.producer = self.producer
+        self.writer.in_transaction = False
+
+    def _publish_budget(self) -> None:
+        assert self.pipeline is not None
+        budget, spent, remaining, exhausted = _budget(self.pipeline, self.settings)
+        self.metrics.set_budget(budget=budget, spent=spent, remaining=remaining, exhausted=exhausted)
+
+    def _update_lag(self) -> None:
+        now = time.monotonic()
+        if now - self._last_lag < LAG_INTERVAL_S:
+            return
+        self._last_lag = now
+        assert self.reader is not None
+        try:
+            ends = self.reader.end_offsets()
+        except KafkaIOError:
+            return
+        for p, end in ends.items():
+            self.metrics.consumer_lag.labels(str(p)).set(max(0, end - self.positions.get(p, 0)))
+
+    def close(self) -> None:
+        for closer in (lambda: self.producer.close(timeout=2), lambda: self.reader.close()):
+            try:
+                closer()
+            except Exception:  # noqa: BLE001, S110 - best effort on the way out
+                pass
+        if self.journal is not None:
+            self.journal.close()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _install_signals(stop: threading.Event) -> None:
+    def handler(signum: int, frame: Any) -> None:  # only sets the flag
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+def _watchdog(stop: threading.Event, finished: threading.Event, timeout_s: float) -> None:
+    """If a stop was requested and the loop is stuck (e.g. a hanging commit), leave after ``timeout_s``."""
+    stop.wait()
+    if not finished.wait(timeout_s):
+        log(_log, logging.ERROR, "shutdown timed out; exiting (the journal makes the next start safe)",
+            timeout_seconds=timeout_s)
+        os._exit(EXIT_FAILED)
+
+
+def run_service(
+    settings: Settings,
+    *,
+    stop: threading.Event | None = None,
+    metrics: Metrics | None = None,
+    health: Health | None = None,
+    install_signals: bool = True,
+    http: bool = True,
+    max_timesteps: int | None = None,
+    on_started: Callable[[Service, HttpServer | None], None] | None = None,
+) -> int:
+    """Run the service until stopped; returns the process exit code.
+
+    0: stopped (SIGTERM/SIGINT or ``max_timesteps``); 2: refused to start
+    (configuration drift, lost or inconsistent journal: fail closed); 1: a
+    fatal error (fenced by another instance, Kafka unusable, …).
+    """
+    stop = stop or threading.Event()
+    metrics = metrics or Metrics()
+    health = health or Health()
+    failpoints = Failpoints(os.environ.get("DPSTREAM_FAILPOINT"))
+    if install_signals and threading.current_thread() is threading.main_thread():
+        _install_signals(stop)
+    finished = threading.Event()
+    threading.Thread(target=_watchdog, args=(stop, finished, settings.service.shutdown_timeout.total_seconds()),
+                     name="dpstream-watchdog", daemon=True).start()
+    service = Service(settings, metrics=metrics, health=health, stop=stop, failpoint=failpoints,
+                      max_timesteps=max_timesteps)
+    server = None
+    if http:
+        server = HttpServer(make_app(metrics.registry, health, lambda: service.domain_bytes or None),
+                            settings.service.http_host, settings.service.http_port).start()
+    try:
+        try:
+            service.start()
+        except JournalError as exc:
+            health.set(False, f"refused to start: {exc}")
+            log(_log, logging.ERROR, "refusing to start", error=str(exc), error_type=type(exc).__name__)
+            return EXIT_REFUSED
+        if on_started is not None:
+            on_started(service, server)
+        return service.run()
+    except (KafkaIOError, ServiceError, StateError, JournalError) as exc:
+        health.set(False, f"failed: {exc}")
+        log(_log, logging.ERROR, "service failed", error=str(exc), error_type=type(exc).__name__)
+        return EXIT_FAILED
+    finally:
+        finished.set()
+        service.close()
+        if server is not None:
+            server.stop()

@@ -1,0 +1,114 @@
+"""Every Prometheus metric of the service, in one place.
+
+Names follow the Prometheus conventions: namespace ``dpstream``, base units
+in the name (``_seconds``), counters end in ``_total`` (added by the client
+library), no ``_ms``, no app name inside the name. The registry is injected
+(tests build their own; the service builds one per process), never the
+global default.
+
+What the metrics may carry (privacy.md §4 inv. 8): operational totals over
+the whole stream and public release facts (how many releases of each kind,
+ε spent and remaining — all published in every release message anyway).
+Never per-timestep true counts, noise, thresholds or anything derived from
+one timestep's data. ``events_consumed`` and the dead-letter / late totals
+reveal input *volume*, so ``/metrics`` is an operator surface: keep it off
+the public network.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from stream.ingest.events import DEAD_LETTER_REASONS
+
+__all__ = ["Metrics", "NAMESPACE", "LATENCY_BUCKETS"]
+
+NAMESPACE = "dpstream"
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    """The service's metrics, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        ns = NAMESPACE
+        self.messages_consumed = Counter("messages_consumed", "Kafka records read from the input topic.",
+                                         namespace=ns, registry=r)
+        self.events_consumed = Counter(
+            "events_consumed", "Events read from the input topic (every element of an array message; "
+            "a message that cannot be parsed counts as one).", namespace=ns, registry=r)
+        self.events_accepted = Counter("events_accepted", "Events accepted into an open timestep.",
+                                       namespace=ns, registry=r)
+        self.dead_letters = Counter("dead_letters", "Events or messages sent to the dead-letter topic, by reason.",
+                                    ["reason"], namespace=ns, registry=r)
+        for reason in (*DEAD_LETTER_REASONS, "internal_error"):
+            self.dead_letters.labels(reason)
+        self.late_events = Counter("late_events", "Events for an already sealed timestep, sent to the late topic.",
+                                   namespace=ns, registry=r)
+        self.timesteps_sealed = Counter("timesteps_sealed", "Timesteps sealed (each gets exactly one release).",
+                                        namespace=ns, registry=r)
+        self.releases = Counter("releases", "Releases published, by kind (fresh | republished).", ["kind"],
+                                namespace=ns, registry=r)
+        for kind in ("fresh", "republished"):
+            self.releases.labels(kind)
+        self.releases_resent = Counter(
+            "releases_resent", "Journaled releases re-sent byte for byte after a restart (no new noise).",
+            namespace=ns, registry=r)
+        self.epsilon_spent = Gauge("epsilon_spent", "Privacy budget ε spent so far (public: in every release).",
+                                   namespace=ns, registry=r)
+        self.epsilon_remaining = Gauge(
+            "epsilon_remaining", "ε still available (user-level: of the total; w-event: in the current window).",
+            namespace=ns, registry=r)
+        self.epsilon_budget = Gauge("epsilon_budget", "The configured ε (user-level total, or per window).",
+                                    namespace=ns, registry=r)
+        self.budget_exhausted = Gauge(
+            "budget_exhausted", "1 when no fresh release is possible any more (user-level: after C fresh "
+            "releases or ε spent); every timestep is then republished, which is normal.",
+            namespace=ns, registry=r)
+        self.consumer_lag = Gauge("consumer_lag_records", "Input records not yet read, per partition.",
+                                  ["partition"], namespace=ns, registry=r)
+        self.step_duration = Histogram("step_duration_seconds", "Time to seal one timestep and step the engine.",
+                                       namespace=ns, registry=r, buckets=LATENCY_BUCKETS)
+        self.seal_to_publish = Histogram(
+            "seal_to_publish_seconds", "From a timestep's seal to its release's transaction being committed.",
+            namespace=ns, registry=r, buckets=LATENCY_BUCKETS)
+        self.checkpoint_duration = Histogram(
+            "checkpoint_duration_seconds", "Journal write + fsync + Kafka transaction of one checkpoint.",
+            namespace=ns, registry=r, buckets=LATENCY_BUCKETS)
+        self.journal_fsync = Histogram("journal_write_seconds", "Journal append including fsync.",
+                                       namespace=ns, registry=r, buckets=LATENCY_BUCKETS)
+        self.journal_bytes = Gauge("journal_size_bytes", "Size of the privacy journal file.", namespace=ns,
+                                   registry=r)
+        self.transactions = Counter("transactions", "Kafka transactions, by outcome (committed | failed).",
+                                    ["outcome"], namespace=ns, registry=r)
+        for outcome in ("committed", "failed"):
+            self.transactions.labels(outcome)
+        self.kafka_errors = Counter("kafka_errors", "Kafka operation failures, by retriability.", ["retriable"],
+                                    namespace=ns, registry=r)
+        self.recoveries = Counter("recoveries", "Start-ups that re-sent an uncommitted journaled checkpoint.",
+                                  namespace=ns, registry=r)
+        self.last_release_time = Gauge("last_release_timestamp_seconds",
+                                       "Wall time of the last committed release (Unix seconds).",
+                                       namespace=ns, registry=r)
+        self.last_timestep = Gauge("last_released_timestep", "Index of the last timestep released.",
+                                   namespace=ns, registry=r)
+        self.ready = Gauge("ready", "1 when the service is running and its last transaction committed.",
+                           namespace=ns, registry=r)
+        self.info = Info("build", "Stream identity and method (public configuration).", namespace=ns, registry=r)
+
+    # -- helpers used by the service ------------------------------------------------
+    def set_budget(self, *, budget: Fraction, spent: Fraction, remaining: Fraction, exhausted: bool) -> None:
+        self.epsilon_budget.set(float(budget))
+        self.epsilon_spent.set(float(spent))
+        self.epsilon_remaining.set(float(max(Fraction(0), remaining)))
+        self.budget_exhausted.set(1 if exhausted else 0)
+
+    def count_rejections(self, counts: dict[str, int]) -> None:
+        for reason, n in counts.items():
+            if reason == "timestep_sealed":
+                self.late_events.inc(n)
+            else:
+                self.dead_letters.labels(reason).inc(n)

@@ -1,0 +1,167 @@
+"""``dpstream generate``: sizes, columns, determinism, the config, the update pattern."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stream.config import load_settings
+from stream.lab.generate import (
+    CensusProfile,
+    census_attributes,
+    census_schedule,
+    census_stream,
+    default_cutoff,
+    generate,
+    sample_census,
+    traffic_stream,
+)
+
+
+def _rows(path: Path) -> list[list[str]]:
+    with open(path, newline="") as fh:
+        return list(csv.reader(fh))
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_census_files_sizes_columns_and_config(tmp_path):
+    rep = generate("census", tmp_path, timesteps=6, population=120, seed=3, counts=True)
+    rows = _rows(tmp_path / "events.csv")
+    assert rows[0] == ["person_id", "event_time", "age", "gender", "education", "health_insurance",
+                       "marital_status", "income"]
+    assert len(rows) - 1 == 6 * 120 == rep.rows
+    s = load_settings(tmp_path / "config.yaml")
+    assert s.domain().shape == (96, 2, 12, 2, 2, 3) and s.domain().size == 27_648 == rep.bins
+    assert s.privacy.unit == "user-level" and s.privacy.population == 120
+    assert s.privacy.horizon == 6 and s.privacy.cutoff == 1 and float(s.privacy.epsilon) == 1.0
+    assert s.release.pid.delta == 0.05 and s.release.pid.theta == 0.5
+    assert s.schema.user_id == "person_id" and s.schema.event_time == "event_time"
+    # every value lies in the domain; every event falls in its timestep; one event per person per timestep
+    attrs = {a["name"]: a for a in census_attributes()}
+    start = int(s.stream.start.timestamp())
+    step = int(s.stream.timestep.total_seconds())
+    per_t: dict[int, set[str]] = {}
+    for r in rows[1:]:
+        t = (int(r[1]) - start) // step
+        assert 0 <= t < 6
+        assert r[0] not in per_t.setdefault(t, set())
+        per_t[t].add(r[0])
+        assert 0 <= int(r[2]) < 96
+        for name, value in zip(list(attrs)[1:], r[3:], strict=True):
+            assert value in attrs[name]["values"]
+    assert all(len(v) == 120 for v in per_t.values())
+    counts = _rows(tmp_path / "counts.csv")
+    assert len(counts) == 7 and len(counts[0]) == 1 + 27_648
+    assert all(sum(map(int, row[1:])) == 120 for row in counts[1:])
+
+
+def test_same_seed_same_files_other_seed_other_files(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for d, seed in ((a, 5), (b, 5), (c, 6)):
+        generate("census", d, timesteps=4, population=50, seed=seed)
+    assert _digest(a / "events.csv") == _digest(b / "events.csv")
+    assert _digest(a / "config.yaml") == _digest(b / "config.yaml")
+    assert _digest(a / "events.csv") != _digest(c / "events.csv")
+
+
+def test_traffic_files_and_w_event_config(tmp_path):
+    rep = generate("traffic", tmp_path, timesteps=10, population=40, seed=1, grid=16, time_format="iso")
+    rows = _rows(tmp_path / "events.csv")
+    assert rows[0] == ["person_id", "event_time", "x", "y"]
+    assert len(rows) - 1 == 400 == rep.rows
+    assert rows[1][1].endswith("Z") and "T" in rows[1][1]
+    assert all(0 <= int(r[2]) < 16 and 0 <= int(r[3]) < 16 for r in rows[1:])
+    s = load_settings(tmp_path / "config.yaml")
+    assert s.privacy.unit == "w-event" and s.privacy.w == 10 and s.privacy.cutoff == 1
+    assert s.domain().size == 256 and s.privacy.population == 40
+    g2 = tmp_path / "w"
+    generate("traffic", g2, timesteps=200, population=5, seed=1, grid=4, w=50)
+    s2 = load_settings(g2 / "config.yaml")
+    assert s2.privacy.w == 50 and s2.privacy.cutoff == default_cutoff(200, 50) == 2
+
+
+def test_traffic_has_rush_hours():
+    """Movement (cells changed between timesteps) peaks in the morning and evening on weekdays."""
+    moved = []
+    prev = None
+    for chunk in traffic_stream(96, 3000, 2, grid=64, timestep_seconds=900):
+        cells = chunk.codes.copy()
+        if prev is not None:
+            moved.append(np.mean(np.any(np.abs(cells - prev) > 1, axis=1)))
+        prev = cells
+    moved = np.array(moved)
+    hours = (np.arange(1, 96) * 900) / 3600
+    rush = moved[((hours >= 7) & (hours <= 9.5)) | ((hours >= 16.5) & (hours <= 19))].mean()
+    night = moved[(hours >= 0.5) & (hours <= 5)].mean()
+    assert rush > 5 * max(night, 1e-3)
+
+
+def test_update_sizes_follow_the_periods():
+    rng = np.random.default_rng(0)
+    m, period = census_schedule(101, 10_000, 0.5, 10, None, rng)
+    assert m[0] == 0 and period.max() == 9
+    for p in range(10):
+        assert np.unique(m[1:][period[1:] == p]).size == 1  # one m per period
+    assert np.bincount(period[1:]).tolist() == [10] * 10
+    assert len(np.unique(m[1:])) > 1  # periods differ
+    assert abs(m[1:].mean() - 2500) < 1500  # m ~ N(r·P/2, σ²)
+
+
+def test_people_replaced_per_timestep_equal_m():
+    info: dict = {}
+    prev = None
+    replaced = []
+    for chunk in census_stream(21, 500, 7, rate=0.4, periods=4, info=info):
+        ids = set(chunk.ids.tolist())
+        if prev is not None:
+            replaced.append(len(ids - prev))
+            assert len(ids) == 500
+        prev = ids
+    assert replaced == info["updates"][1:]
+    periods = info["periods"][1:]
+    for p in set(periods):
+        assert len({replaced[i] for i, q in enumerate(periods) if q == p}) == 1
+
+
+def test_census_attributes_are_correlated():
+    codes = sample_census(20_000, CensusProfile(), np.random.default_rng(1))
+    age, education, income, marital = codes[:, 0], codes[:, 2], codes[:, 5], codes[:, 4]
+    assert np.all(income[age < 20] == 0) and np.all(income[age >= 20] > 0)
+    assert np.all(education[age < 5] == 0)
+    assert np.all(marital[age < 18] == 1)
+    adults = age >= 25
+    high_edu = adults & (education >= 10)
+    low_edu = adults & (education <= 8)
+    assert (income[high_edu] == 2).mean() > (income[low_edu] == 2).mean() + 0.2
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"timesteps": 0}, "timesteps"),
+    ({"population": 0}, "population"),
+    ({"epsilon": -1.0}, "epsilon"),
+    ({"rate": 5.0}, "rate"),
+])
+def test_bad_parameters_are_refused_before_writing(tmp_path, kwargs, match):
+    args = {"timesteps": 3, "population": 5, "seed": 0, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        generate("census", tmp_path / "x", **args)
+    assert not (tmp_path / "x" / "events.csv").exists()
+
+
+def test_cli_generate(tmp_path, capsys):
+    from stream.commands.cli import main
+
+    out = tmp_path / "d"
+    assert main(["generate", "census", "--timesteps", "3", "--population", "20", "--seed", "1",
+                 "--out", str(out)]) == 0
+    assert (out / "events.csv").exists() and (out / "config.yaml").exists()
+    assert main(["generate", "census", "--timesteps", "3", "--population", "20", "--out", str(out),
+                 "--epsilon", "0"]) == 2
+    assert "epsilon" in capsys.readouterr().err

@@ -1,0 +1,117 @@
+"""Crash safety on the real embedded broker: kill -9, failpoints, SIGTERM, and a broken variant.
+
+The checker (``tests.kafka_harness.check_published``) reads *everything*
+produced to the output topic (read_uncommitted; the embedded broker even
+shows records of killed transactions) and the private journal audit, and
+reports: more than one distinct payload for a timestep, a missing timestep, a
+ledger that does not match the published fresh releases or exceeds ε, and any
+input event neither counted nor sent to the late topic (or counted twice).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from stream.service.loop import FAILPOINTS
+from tests.kafka_harness import (  # noqa: F401
+    broker,
+    check_published,
+    crash_scenario,
+    event,
+    produce,
+    read_all,
+    releases_by_timestep,
+    service_config,
+    wait_for,
+    write_config,
+    zygote,
+)
+
+pytestmark = pytest.mark.kafka
+
+FORBIDDEN_IN_LOGS = ('"counts"', '"noise"', '"threshold"', '"rho"', '"payload"', "true_counts")
+
+
+def _released(bootstrap: str, topic: str) -> int:
+    return len(releases_by_timestep(read_all(bootstrap, topic, timeout_s=5)))
+
+
+def _scripted(bootstrap: str, tmp_path, zygote, failpoint: str, *, broken: bool) -> tuple[list[str], list, str]:  # noqa: F811
+    """Releases 0..4 normally; then, with timesteps 5..9 waiting, crash at ``failpoint``; restart.
+
+    The first checkpoint after the second start holds several releases, so
+    every failpoint interrupts a checkpoint that carries releases.
+    """
+    cfg = service_config(bootstrap, tmp_path / "state", stream={"allowed_lateness": "60s", "idle_timeout": "300ms"})
+    config = write_config(cfg, tmp_path / "config.yaml")
+    topic_in, topic_out = cfg["kafka"]["input_topic"], cfg["kafka"]["output_topic"]
+    batches = [[json.dumps(event(f"u{i}", t, age=7 * i + t)).encode() for i in range(10)] for t in range(10)]
+    statuses = []
+    logs = []
+    produce(bootstrap, topic_in, [m for b in batches[:5] for m in b])
+    logs.append(tmp_path / "a.log")
+    pid = zygote.spawn(config, logs[-1])
+    wait_for(lambda: _released(bootstrap, topic_out) >= 5, what="first 5 releases")
+    os.kill(pid, signal.SIGTERM)
+    statuses.append(zygote.wait(pid, 20))
+    produce(bootstrap, topic_in, [m for b in batches[5:] for m in b])
+    logs.append(tmp_path / "b.log")
+    pid = zygote.spawn(config, logs[-1], env={"DPSTREAM_FAILPOINT": failpoint})
+    statuses.append(zygote.wait(pid, 20))
+    logs.append(tmp_path / "c.log")
+    pid = zygote.spawn(config, logs[-1], broken=broken)
+    wait_for(lambda: _released(bootstrap, topic_out) >= 10, what="10 releases")
+    os.kill(pid, signal.SIGTERM)
+    statuses.append(zygote.wait(pid, 20))
+    violations, _ = check_published(bootstrap, cfg, injected={t: 10 for t in range(10)}, dead=0, timesteps=10)
+    return violations, statuses, "\n".join(p.read_text() for p in logs if p.exists())
+
+
+@pytest.mark.parametrize("failpoint", FAILPOINTS)
+def test_each_failpoint_recovers_without_redrawing(broker, zygote, tmp_path, failpoint):  # noqa: F811
+    violations, statuses, logs = _scripted(broker.bootstrap, tmp_path, zygote, failpoint, broken=False)
+    assert statuses == [0, -signal.SIGKILL, 0]  # SIGTERM exits 0; the failpoint is a kill -9
+    assert violations == []
+    if failpoint != "after_noise":  # journaled before the crash: re-sent byte for byte
+        assert "re-sent journaled checkpoint" in logs
+    else:  # nothing journaled, nothing visible: the timestep is simply stepped again
+        assert "re-sent journaled checkpoint" not in logs
+
+
+@pytest.mark.parametrize("failpoint", ["mid_produce", "after_produce_before_commit"])
+def test_the_checker_catches_a_service_that_redraws_on_restart(broker, zygote, tmp_path, failpoint):  # noqa: F811
+    violations, statuses, _ = _scripted(broker.bootstrap, tmp_path, zygote, failpoint, broken=True)
+    assert statuses[1] == -signal.SIGKILL
+    assert any("distinct release payloads" in v for v in violations), violations
+
+
+@pytest.mark.slow
+def test_crash_matrix_10k_events_100_timesteps(broker, zygote, tmp_path):  # noqa: F811
+    """20 kill -9 at random moments + 2 crashes at each failpoint, while 10,000 events arrive."""
+    failpoints = [(name, nth) for name in FAILPOINTS for nth in (1, 3)]
+    out = crash_scenario(broker.bootstrap, tmp_path, seed=20261121, random_kills=20, failpoints=failpoints,
+                         timesteps=100, per_timestep=100, pace=0.3, zygote=zygote)
+    assert out.violations == [], (out.violations, out.facts, out.runs)
+    kills = [status for kind, status in out.runs[:-1]]
+    assert len(kills) == 28 and all(s == -signal.SIGKILL for s in kills), out.runs
+    assert out.facts["distinct_timesteps"] == 100 and out.facts["spent"] == "1"
+    for word in FORBIDDEN_IN_LOGS:
+        assert word not in out.log_text
+
+
+@pytest.mark.slow
+def test_sigterm_mid_stream_and_dsat(broker, zygote, tmp_path):  # noqa: F811
+    """SIGTERM at random moments (exit 0 each time, work kept) with DSAT's stateful decisions, plus kills.
+
+    The input arrives over ~9 s, about as long as the six runs take, so every stop and kill
+    meets a service with input still arriving, and the failpoint is reached (with the input
+    already over it would wait 8 s for nothing and end as one more plain kill)."""
+    out = crash_scenario(broker.bootstrap, tmp_path, seed=7, random_kills=2, failpoints=[("mid_produce", 2)],
+                         timesteps=20, per_timestep=40, pace=0.45, decision="dsat", terms=3, zygote=zygote)
+    assert out.violations == [], (out.violations, out.facts, out.runs)
+    assert [s for kind, s in out.runs if kind == "term"] == [0, 0, 0]
+    assert ("mid_produce:2", -signal.SIGKILL) in out.runs, out.runs
