@@ -796,3 +796,120 @@ class WEventTwin:
             self.instance = None  # AboveThreshold halts; the next query starts a new instance
             return True
         return False
+
+
+# ---------------------------------------------------------------------------
+# The audit catalogue: every shipped mechanism, its audit and its broken variants
+
+
+@dataclass(frozen=True)
+class Catch:
+    """A broken variant and the test call that must catch it: ``module.function(**kwargs)`` passes."""
+
+    function: str
+    kwargs: Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One shipped mechanism (or engine-wide rule) and the audit that covers it.
+
+    Attributes:
+        kind: ``decision`` (a method of :data:`controller.method.METHODS`),
+            ``release`` (a ``release.mechanism``), or ``engine`` (a rule every
+            method relies on).
+        module: dotted name of the audit's test module.
+        registry: name of the module's dict of broken variants (its keys must
+            equal ``variants``), or None when the variants are listed only here.
+        variants: broken variant name -> the call that must catch it.
+        pending: the audit module is written on another branch (PSD only):
+            the catalogue test skips this entry while the module is absent.
+    """
+
+    kind: str
+    module: str
+    registry: str | None
+    variants: Mapping[str, Catch]
+    statistic: str
+    pending: bool = False
+
+
+def _named(function: str, names: Iterable[str], key: str = "name") -> dict[str, Catch]:
+    return {n: Catch(function, {key: n}) for n in names}
+
+
+_SVT_USER_LEVEL = _named(
+    "test_broken_svt_variant_is_caught",
+    ("monotone-factor", "no-cutoff", "no-query-noise", "no-threshold-noise",
+     "query-noise-not-scaled-by-c", "thesis-calibration", "threshold-redrawn"),
+)
+_SVT_W_EVENT = _named(
+    "test_broken_above_threshold_variant_is_caught", ("no-halt", "no-query-noise", "restart-uncharged")
+)
+_KELLARIS_TEST = {
+    f"{m}: {v}": Catch("test_dissimilarity_audit_catches", {"name": m, "variant": v})
+    for m in ("bd", "ba")
+    for v in ("charges half of the test", "scale ignores sensitivity", "scale ignores w")
+}
+_BA_BUDGET = _named(
+    "test_budget_audit_catches",
+    ("ba absorbs one share too many", "ba does not nullify", "ba nullifies too short"), key="variant"
+)
+_BD_BUDGET = _named(
+    "test_budget_audit_catches", ("bd spends the whole remainder", "bd forgets its publications"), key="variant"
+)
+_DRAW_THEN_CHARGE = {
+    "draw-then-charge": Catch("test_reverse_order_is_caught", {"unit": "w-event", "name": "uniform"})
+}
+
+CATALOGUE: dict[str, AuditEntry] = {
+    "dsft": AuditEntry(
+        "decision", "tests.controller.test_privacy_audit", "VARIANT_AUDITS",
+        {**_SVT_USER_LEVEL, **{f"w-event {k}": v for k, v in _SVT_W_EVENT.items()}},
+        "Clopper–Pearson lower bound on ln P[E|D]/P[E|D'] over adversarial SVT pairs, event chosen on a separate sample",
+    ),
+    "dsat": AuditEntry(
+        "decision", "tests.controller.test_privacy_audit", "VARIANT_AUDITS",
+        {**_SVT_USER_LEVEL, **{f"w-event {k}": v for k, v in _SVT_W_EVENT.items()}},
+        "as dsft: the PID threshold is public, so DSAT's private part is the same SVT instance",
+    ),
+    "bd": AuditEntry(
+        "decision", "tests.controller.test_kellaris_audit", None, {**_KELLARIS_TEST, **_BD_BUDGET},
+        "dissimilarity test: CP lower bound on the loss of 'publish' vs the charged ε/(2w); budget: exact ledger replay",
+    ),
+    "ba": AuditEntry(
+        "decision", "tests.controller.test_kellaris_audit", None, {**_KELLARIS_TEST, **_BA_BUDGET},
+        "dissimilarity test: CP lower bound vs the charged ε/(2w); absorption/nullification: exact ledger replay",
+    ),
+    "uniform": AuditEntry(
+        "decision", "tests.controller.test_charge_before_draw", None, _DRAW_THEN_CHARGE,
+        "no private decision: its release is the LPA audit; the charge-before-draw order is audited",
+    ),
+    "fixed": AuditEntry(
+        "decision", "tests.controller.test_charge_before_draw", None,
+        {"draw-then-charge": Catch("test_reverse_order_is_caught", {"unit": "w-event", "name": "fixed"})},
+        "no private decision: its release is the LPA audit; the charge-before-draw order is audited",
+    ),
+    "lpa": AuditEntry(
+        "release", "tests.controller.test_privacy_audit", None,
+        {f"whole publication budget per release (ε₂={e}, C={c})":
+         Catch("test_publication_noise_for_the_whole_publication_budget_is_caught", {"eps2": Fraction(e), "cutoff": c})
+         for e, c in ((4, 4), (1, 4))},
+        "CP lower bound on the loss of one released count between neighbours c and c+Δ vs ε₂/C",
+    ),
+    "psd": AuditEntry(
+        "release", "tests.histogram.psd.test_psd_audit", "BROKEN", {},
+        "written by the exactnoise branch: tree-level scales, height split, median share and sensitivity",
+        pending=True,
+    ),
+    "psd-median": AuditEntry(
+        "release", "tests.histogram.psd.test_psd_median_audit", "BROKEN",
+        _named("test_every_broken_variant_is_caught", ("no factor 2", "no noise", "sensitivity ignored")),
+        "CP lower bound on the loss of one split point of the private median (exponential mechanism)",
+    ),
+    "charge-before-draw": AuditEntry(
+        "engine", "tests.controller.test_charge_before_draw", None,
+        {"draw-then-charge": Catch("test_reverse_order_is_caught", {"unit": "user-level", "name": "dsat"})},
+        "exact: a failure injected at every ledger charge; no draw it pays for precedes it",
+    ),
+}
