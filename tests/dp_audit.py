@@ -912,4 +912,14 @@ CATALOGUE: dict[str, AuditEntry] = {
         {"draw-then-charge": Catch("test_reverse_order_is_caught", {"unit": "user-level", "name": "dsat"})},
         "exact: a failure injected at every ledger charge; no draw it pays for precedes it",
     ),
+    "released-metadata": AuditEntry(
+        "engine", "tests.stream.test_release_metadata", "BROKEN",
+        {
+            **{v: Catch("test_broken_metadata_is_caught", {"variant": v, "decision": "uniform"})
+               for v in ("half_width from the raw counts", "kind from the raw total",
+                         "confidence from the raw total", "details keyed on raw zeros")},
+            "psd half_width from the raw counts": Catch("test_psd_width_from_raw_counts_is_caught", {}),
+        },
+        "exact: neighbours on the same recorded noise give byte-identical metadata (PSD widths recomputed from the release)",
+    ),
 }
