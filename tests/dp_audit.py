@@ -909,7 +909,8 @@ CATALOGUE: dict[str, AuditEntry] = {
     ),
     "charge-before-draw": AuditEntry(
         "engine", "tests.controller.test_charge_before_draw", None,
-        {"draw-then-charge": Catch("test_reverse_order_is_caught", {"unit": "user-level", "name": "dsat"})},
+        {"draw-then-charge": Catch("test_reverse_order_is_caught", {"unit": "user-level", "name": "dsat"}),
+         "decision noise drawn before its charge": Catch("test_decision_drawn_before_its_charge_is_caught", {})},
         "exact: a failure injected at every ledger charge; no draw it pays for precedes it",
     ),
     "released-metadata": AuditEntry(

@@ -19,11 +19,16 @@ charged) is the broken variant this test must catch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
+from controller.policies.kellaris import BudgetDistribution
 from controller.step import Engine, EngineState, LastRelease, Release
+from controller.units import WEvent
+from histogram.distance import l1_distance
+from histogram.lpa import LaplaceMechanism
 from histogram.noise import Randomness
 from tests.engine_helpers import BINS, all_engines, stream
 
@@ -148,3 +153,20 @@ def test_reverse_order_is_caught(unit, name):
     engine = dict(all_engines(unit))[name]
     broken = DrawThenCharge(engine.policy, engine.mechanism, engine.bins)
     assert any("before the failing publication" in v for v in violations(broken))
+
+
+@dataclass(frozen=True)
+class _TestDrawnFirst(BudgetDistribution):
+    """Broken BD: draws the dissimilarity noise, then charges the test."""
+
+    def _dissimilar(self, ctx, potential):  # type: ignore[no-untyped-def]
+        noise = int(ctx.noise.discrete_laplace(Fraction(self.sensitivity) / self.test_epsilon))
+        ctx.accountant.spend(ctx.timestep, self.test_epsilon, "test")
+        noisy = l1_distance(ctx.counts, ctx.last_counts) + noise
+        return noisy > ctx.mechanism.expected_abs_error(potential, ctx.bins) * ctx.bins
+
+
+def test_decision_drawn_before_its_charge_is_caught():
+    policy = _TestDrawnFirst(WEvent(1, 8))
+    broken = Engine(policy, LaplaceMechanism(), BINS)
+    assert any("before the failing test charge" in v for v in violations(broken))
