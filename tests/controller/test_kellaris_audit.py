@@ -30,9 +30,8 @@ import numpy as np
 import pytest
 
 from controller.accountant import Accountant, WindowAccountant
-from controller.method import MethodSpec, build_engine
 from controller.policies.base import REPUBLISH, DecisionContext, fresh
-from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution, KellarisState
+from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.step import Engine
 from controller.units import WEvent
 from histogram.distance import l1_distance
@@ -354,8 +353,3 @@ def test_window_sum_is_independent_of_the_accountant():
     errors = budget_violations(policy, run_engine(policy, adversarial_stream()))
     assert any(e.startswith("window ending") for e in errors)
 
-
-def test_kellaris_state_unused_import_guard():
-    assert KellarisState().nullified == 0
-    assert MethodSpec("ba", WEvent(EPS, W)).decision == "ba"
-    assert build_engine(MethodSpec("bd", WEvent(EPS, W)), LaplaceMechanism(), BINS).method == "bd"
