@@ -113,6 +113,11 @@ class StreamSection(_Section):
     max_future: Duration = timedelta(days=1)
     origin: Instant = datetime(1970, 1, 1, tzinfo=UTC)
     start: Instant | None = None
+    #: Record-time inclusion (``kafka.record_time`` other than ``watermark``): how far the broker's
+    #: clock may be behind the public wall clock. A partition read to its end offset counts as past
+    #: ``now − clock_skew`` in record time; an event read later with an earlier record time for a
+    #: released timestep goes to the late topic (``arrived_after_seal``), never into a release.
+    clock_skew: Duration = timedelta(seconds=5)
 
     @field_validator("timestep")
     @classmethod
@@ -121,7 +126,7 @@ class StreamSection(_Section):
             raise ValueError("stream.timestep must be > 0")
         return v
 
-    @field_validator("allowed_lateness", "max_future")
+    @field_validator("allowed_lateness", "max_future", "clock_skew")
     @classmethod
     def _non_negative(cls, v: timedelta) -> timedelta:
         if v < timedelta(0):
@@ -274,6 +279,14 @@ class KafkaSection(_Section):
 
     bootstrap_servers: str = "127.0.0.1:9092"
     input_topic: str = "dpstream.events"
+    #: Which clock decides inclusion (``docs/privacy.md`` §1.1). ``log-append-time``: each event's
+    #: own record timestamp, stamped by the broker (the input topic must have
+    #: ``message.timestamp.type=LogAppendTime``; checked at start-up, the service refuses when it
+    #: cannot confirm it). ``trusted-create-time``: the producer's record timestamp, for producers
+    #: the operator controls (a producer that lies about time can then only misfile its own
+    #: events). ``watermark``: the legacy rule (largest event time − allowed_lateness, idle
+    #: sealing), whose inclusion depends on other people's events: not covered by the proof.
+    record_time: Literal["watermark", "log-append-time", "trusted-create-time"] = "watermark"
     output_topic: str = "dpstream.releases"
     dead_letter_topic: str = "dpstream.dead-letters"
     late_topic: str = "dpstream.late"
