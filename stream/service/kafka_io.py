@@ -144,7 +144,7 @@ def ensure_topics(k: KafkaSection, topics: Mapping[str, int], *, timeout_s: floa
                 missing = {name: n for name, n in topics.items() if name not in existing}
                 if missing:
                     spec = {name: {"num_partitions": n, "replication_factor": k.replication_factor,
-                                   **({"topic_configs": dict(configs[name])} if configs and name in configs else {})}
+                                   **({"configs": dict(configs[name])} if configs and name in configs else {})}
                             for name, n in missing.items()}
                     try:
                         admin.create_topics(spec, timeout_ms=int(timeout_s * 1000), wait_for_metadata=True)
@@ -170,16 +170,29 @@ def topic_timestamp_type(k: KafkaSection, topic: str) -> str | None:
     except Exception:  # noqa: BLE001 - "cannot tell" is an answer the caller handles
         return None
     try:
-        answer = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-        for response in answer if isinstance(answer, list) else [answer]:
-            for resource in getattr(response, "resources", ()):
-                for entry in resource[4]:
-                    if entry[0] == "message.timestamp.type":
-                        return str(entry[1])
-    except Exception:  # noqa: BLE001, S110
-        pass
+        answer = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"message.timestamp.type": None})],
+            config_filter="all")
+        return _find_config(answer, "message.timestamp.type")
+    except Exception:  # noqa: BLE001 - e.g. the embedded broker (a KeyError inside kafka-python)
+        return None
     finally:
         admin.close()
+    return None
+
+
+def _find_config(answer: Any, key: str) -> str | None:
+    """The value of ``key`` in kafka-python's nested describe_configs answer
+    (``{type: {name: {key: {"value": …}}}}``), or None."""
+    if isinstance(answer, Mapping):
+        if key in answer:
+            data = answer[key]
+            value = data.get("value") if isinstance(data, Mapping) else data
+            return None if value is None else str(value)
+        for sub in answer.values():
+            found = _find_config(sub, key)
+            if found is not None:
+                return found
     return None
 
 
