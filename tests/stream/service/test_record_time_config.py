@@ -22,3 +22,14 @@ def test_record_time_modes_and_skew_are_validated():
         small_settings(kafka={"record_time": "create-time"})
     with pytest.raises(Exception, match="clock_skew"):
         small_settings(stream={"clock_skew": "-1s"})
+
+
+def test_arrived_after_seal_is_late_not_a_dead_letter():
+    from stream.service.metrics import Metrics
+
+    m = Metrics()
+    m.count_rejections({"arrived_after_seal": 2, "timestep_sealed": 3})
+    get = m.registry.get_sample_value
+    assert get("dpstream_late_events_total") == 5
+    assert get("dpstream_arrived_after_seal_total") == 2
+    assert get("dpstream_dead_letters_total", {"reason": "arrived_after_seal"}) is None
