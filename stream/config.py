@@ -172,6 +172,10 @@ class SchemaSection(_Section):
 
     user_id: str = "user_id"
     event_time: str = "event_time"
+    #: Offline replay/evaluate: the CSV column holding each event's arrival (record) time. With it
+    #: the data-independent inclusion rule of ``docs/privacy.md`` §1.1 is followed exactly (rows
+    #: must be in arrival order; needs ``stream.start``); without it the legacy watermark rule applies.
+    arrival_time: str | None = None
     attributes: list[AttributeSpec] = Field(default_factory=list)
     out_of_domain: Literal["reject", "clip"] = "reject"
 
@@ -180,7 +184,7 @@ class SchemaSection(_Section):
         names = [a.name for a in self.attributes]
         if len(set(names)) != len(names):
             raise ValueError(f"attribute names must be distinct, got {names}")
-        clash = {self.user_id, self.event_time} & set(names)
+        clash = ({self.user_id, self.event_time} | ({self.arrival_time} - {None})) & set(names)
         if clash:
             raise ValueError(f"{sorted(clash)} cannot be both an attribute and the user id / event time column")
         return self
