@@ -71,9 +71,10 @@ def _run(bootstrap, tmp_path, items, *, mode, transactional=False):
     with InProcessService(s) as svc:
         assert svc.exit_code is None, f"service exited {svc.exit_code}"
         _send(bootstrap, s.kafka.input_topic, items, transactional=transactional)
-        wait_for(lambda: svc.metric("dpstream_messages_consumed_total") >= len(items), 30, what="input read")
-        wait_for(lambda: svc.published() >= 6, 30, what="six complete timesteps released")
-        late = read_all(bootstrap, s.kafka.late_topic, timeout_s=3)
+        wait_for(lambda: svc.metric("dpstream_messages_consumed_total") >= len(items), 60, what="input read")
+        wait_for(lambda: svc.published() >= 6, 60, what="six complete timesteps released")
+        # the service's own counts (reading the late topic back raced its checkpoint under load)
+        late = int(svc.metric("dpstream_late_events_total"))
         accepted = svc.metric("dpstream_events_accepted_total")
     return late, accepted
 
@@ -85,11 +86,11 @@ def test_a_fast_clock_person_changes_no_other_timestep(broker, tmp_path):  # noq
     rec = start + 2 * STEP + 30.0
     extra = [(_ev("newcomer", rec + 100.0), rec)]
     late, accepted = _run(broker.bootstrap, tmp_path / "d2", base + extra, mode="trusted-create-time")
-    assert late == []  # nobody's event was pushed out of its timestep
+    assert late == 0  # nobody's event was pushed out of its timestep
     assert accepted == len(base) + 1
     # the legacy watermark rule on the same input: the newcomer's clock makes others late
     late_old, _ = _run(broker.bootstrap, tmp_path / "old", base + extra, mode="watermark")
-    assert len(late_old) > 0
+    assert late_old > 0
 
 
 def test_transactional_upstream_goes_quiet_and_complete_timesteps_are_released(broker, tmp_path):  # noqa: F811
@@ -107,11 +108,11 @@ def test_transactional_upstream_goes_quiet_and_complete_timesteps_are_released(b
     last_cell = int((items[-1][0]["event_time"] - start) // 2)
     with InProcessService(s) as svc:
         _send(broker.bootstrap, s.kafka.input_topic, items, transactional=True)
-        wait_for(lambda: svc.metric("dpstream_messages_consumed_total") >= len(items), 30, what="input read")
+        wait_for(lambda: svc.metric("dpstream_messages_consumed_total") >= len(items), 60, what="input read")
         wait_for(lambda: svc.published() >= last_cell + 1, 40, what="the quiet stream's complete timesteps")
-        late = read_all(broker.bootstrap, s.kafka.late_topic, timeout_s=3)
+        late = svc.metric("dpstream_late_events_total")
         accepted = svc.metric("dpstream_events_accepted_total")
-    assert late == [] and accepted == len(items)
+    assert late == 0 and accepted == len(items)
 
 
 def test_refuses_when_the_topic_timestamp_type_cannot_be_confirmed(broker, tmp_path):  # noqa: F811
