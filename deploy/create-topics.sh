@@ -21,7 +21,10 @@ create() {  # name partitions config...
 common=(min.insync.replicas=2 unclean.leader.election.enable=false)
 # Input: raw events (personal data). Retention must exceed the longest outage you want to survive:
 # the service resumes from its journaled offsets, and an offset that expired is a refusal, not a skip.
-create "$P.events" "$PARTITIONS" "${common[@]}" retention.ms=604800000
+# message.timestamp.type=LogAppendTime: the broker stamps every record, and that stamp decides which
+# timestep an event may count in (docs/privacy.md §1.1; the service refuses to start without it
+# under kafka.record_time: log-append-time).
+create "$P.events" "$PARTITIONS" "${common[@]}" retention.ms=604800000 message.timestamp.type=LogAppendTime
 # Releases: one record per timestep, key = stream id (one partition keeps them in order).
 # Public output; keep forever (or as long as the publication promise says).
 create "$P.releases" 1 "${common[@]}" retention.ms=-1 max.message.bytes=1048588

@@ -113,6 +113,11 @@ class StreamSection(_Section):
     max_future: Duration = timedelta(days=1)
     origin: Instant = datetime(1970, 1, 1, tzinfo=UTC)
     start: Instant | None = None
+    #: Record-time inclusion (``kafka.record_time`` other than ``watermark``): how far the broker's
+    #: clock may be behind the public wall clock. A partition read to its end offset counts as past
+    #: ``now − clock_skew`` in record time; an event read later with an earlier record time for a
+    #: released timestep goes to the late topic (``arrived_after_seal``), never into a release.
+    clock_skew: Duration = timedelta(seconds=5)
 
     @field_validator("timestep")
     @classmethod
@@ -121,7 +126,7 @@ class StreamSection(_Section):
             raise ValueError("stream.timestep must be > 0")
         return v
 
-    @field_validator("allowed_lateness", "max_future")
+    @field_validator("allowed_lateness", "max_future", "clock_skew")
     @classmethod
     def _non_negative(cls, v: timedelta) -> timedelta:
         if v < timedelta(0):
@@ -167,6 +172,10 @@ class SchemaSection(_Section):
 
     user_id: str = "user_id"
     event_time: str = "event_time"
+    #: Offline replay/evaluate: the CSV column holding each event's arrival (record) time. With it
+    #: the data-independent inclusion rule of ``docs/privacy.md`` §1.1 is followed exactly (rows
+    #: must be in arrival order; needs ``stream.start``); without it the legacy watermark rule applies.
+    arrival_time: str | None = None
     attributes: list[AttributeSpec] = Field(default_factory=list)
     out_of_domain: Literal["reject", "clip"] = "reject"
 
@@ -175,7 +184,7 @@ class SchemaSection(_Section):
         names = [a.name for a in self.attributes]
         if len(set(names)) != len(names):
             raise ValueError(f"attribute names must be distinct, got {names}")
-        clash = {self.user_id, self.event_time} & set(names)
+        clash = ({self.user_id, self.event_time} | ({self.arrival_time} - {None})) & set(names)
         if clash:
             raise ValueError(f"{sorted(clash)} cannot be both an attribute and the user id / event time column")
         return self
@@ -274,6 +283,14 @@ class KafkaSection(_Section):
 
     bootstrap_servers: str = "127.0.0.1:9092"
     input_topic: str = "dpstream.events"
+    #: Which clock decides inclusion (``docs/privacy.md`` §1.1). ``log-append-time``: each event's
+    #: own record timestamp, stamped by the broker (the input topic must have
+    #: ``message.timestamp.type=LogAppendTime``; checked at start-up, the service refuses when it
+    #: cannot confirm it). ``trusted-create-time``: the producer's record timestamp, for producers
+    #: the operator controls (a producer that lies about time can then only misfile its own
+    #: events). ``watermark``: the legacy rule (largest event time − allowed_lateness, idle
+    #: sealing), whose inclusion depends on other people's events: not covered by the proof.
+    record_time: Literal["watermark", "log-append-time", "trusted-create-time"] = "watermark"
     output_topic: str = "dpstream.releases"
     dead_letter_topic: str = "dpstream.dead-letters"
     late_topic: str = "dpstream.late"

@@ -67,6 +67,8 @@ _STATUS_DETAIL = {
     "before_start": "the event is before stream.start",
     "far_future": "the event is later than the largest event time (or, when caught up, the clock) + stream.max_future",
     "timestep_sealed": "the event's timestep is already sealed",
+    "arrived_after_seal": "the event's record time is within its timestep's deadline, but the timestep "
+                          "had already been declared complete (broker clock behind the wall clock)",
 }
 _STATUS_TEXTS = tuple(_STATUS_DETAIL.values())
 _STATUS_LOOKUP = np.zeros(len(REASONS) + 1, dtype=np.int32)
@@ -266,14 +268,25 @@ class ReleasePipeline:
         return self.messages.domain()
 
     # -- input --------------------------------------------------------------------
-    def offer(self, batch: EventBatch, *, now: float | datetime | None = None) -> Rejections:
+    def offer(self, batch: EventBatch, *, now: float | datetime | None = None,
+              record_time: np.ndarray | None = None) -> Rejections:
         """Validate and window a batch; returns the rejected rows (dead letters and late).
 
-        ``now`` (wall clock, seconds or datetime) lets the service bound the
-        far future by the clock and arms the idle timer; replay passes None.
+        ``record_time`` (float seconds, one per row of ``batch``: each event's own Kafka record
+        timestamp or CSV arrival time) selects the data-independent rule
+        (:meth:`stream.ingest.windowing.Windower.offer_recorded`, ``docs/privacy.md`` §1.1):
+        inclusion depends on each event's own fields only, and ``now`` is ignored.
+        Without it the legacy watermark rule applies: ``now`` (wall clock, seconds or
+        datetime) bounds the far future by the clock and arms the idle timer.
         """
         valid, rejected = validate_batch(batch, self.domain, max_user_id_chars=self.max_user_id_chars)
-        status = self.window.offer(valid, now=_seconds(now))
+        if record_time is not None:
+            rec = np.asarray(record_time, dtype=np.float64)
+            if rec.shape != (len(batch),):
+                raise ValueError(f"{rec.size} record times for a batch of {len(batch)} events")
+            status = self.window.offer_recorded(valid, rec[valid.position])
+        else:
+            status = self.window.offer(valid, now=_seconds(now))
         bad = np.flatnonzero(status != ACCEPTED)
         parts = [rejected]
         if bad.size:
@@ -293,10 +306,19 @@ class ReleasePipeline:
         return out
 
     # -- sealing --------------------------------------------------------------------
-    def seal(self, *, now: float | datetime | None = None, final: bool = False) -> list[SealedRelease]:
-        """Seal every timestep the watermark, the idle rule (``now``) or ``final`` allows, in order."""
+    def seal(self, *, now: float | datetime | None = None, final: bool = False,
+             record_frontier: float | None = None) -> list[SealedRelease]:
+        """Seal every complete timestep, in order.
+
+        With ``record_frontier`` (the record time every assigned partition is known to be
+        past; see :meth:`stream.ingest.windowing.Windower.complete`) completeness is decided
+        by record-time progress only; otherwise by the legacy watermark/idle rule (``now``).
+        ``final`` (end of input) seals every buffered timestep.
+        """
         out = []
-        for cell in self.window.sealable(now=_seconds(now), final=final):
+        cells = (self.window.complete(record_frontier, final=final) if record_frontier is not None
+                 else self.window.sealable(now=_seconds(now), final=final))
+        for cell in cells:
             out.append(self._seal_cell(cell, None))
         return out
 

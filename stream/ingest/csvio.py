@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from stream.ingest.events import EventBatch, Rejection, Rejections
+from stream.ingest.events import EventBatch, Rejection, Rejections, parse_times
 
 __all__ = ["CsvError", "CsvBlock", "EventCsvReader", "read_events", "read_counts", "read_header"]
 
@@ -64,6 +64,8 @@ class CsvBlock:
     batch: EventBatch
     rejections: Rejections
     bytes_read: int
+    #: Arrival (record) time of every row of ``batch``, float seconds, when ``schema.arrival_time`` is set.
+    arrival: np.ndarray | None = None
 
 
 def read_header(path: str | Path) -> list[str]:
@@ -171,17 +173,21 @@ class EventCsvReader:
         schema = settings.schema_
         self.user_col = schema.user_id
         self.time_col = schema.event_time
+        self.arrival_col = schema.arrival_time
+        self._last_arrival = -np.inf
         self.attribute_names = [a.name for a in schema.attributes]
         header = read_header(self.path)
         dupes = sorted({h for h in header if header.count(h) > 1})
         if dupes:
             raise CsvError(f"{self.path}: the header repeats column(s) {dupes}")
-        required = [self.user_col, self.time_col, *self.attribute_names]
+        required = [self.user_col, self.time_col, *self.attribute_names,
+                    *([self.arrival_col] if self.arrival_col else [])]
         missing = [c for c in required if c not in header]
         if missing:
             raise CsvError(
                 f"{self.path}: the header lacks column(s) {missing} named by the config "
-                f"(schema.user_id / schema.event_time / schema.attributes); the header is {header}"
+                f"(schema.user_id / schema.event_time / schema.arrival_time / schema.attributes); "
+                f"the header is {header}"
             )
         self.header = header
         self.unknown_columns = [h for h in header if h not in required]
@@ -257,7 +263,22 @@ class EventCsvReader:
             attributes[name] = cols[name]
         batch = EventBatch(cols[self.user_col], cols[self.time_col], attributes, lines)
         rej = Rejections.concat([parse_rejections, Rejections.from_list(extra)]) if extra else parse_rejections
-        return CsvBlock(batch, rej, step)
+        arrival = None
+        if self.arrival_col:
+            arrival, parsed, missing = parse_times(cols[self.arrival_col])
+            ok = parsed & ~missing & np.isfinite(arrival)
+            if not ok.all():
+                line = int(lines[np.flatnonzero(~ok)[0]])
+                raise CsvError(f"{self.path}: line {line}: the {self.arrival_col} column (schema.arrival_time) "
+                               "is not a time; every row needs its arrival time")
+            prev = np.concatenate(([self._last_arrival], arrival[:-1]))
+            if (arrival < prev).any():
+                line = int(lines[np.flatnonzero(arrival < prev)[0]])
+                raise CsvError(f"{self.path}: line {line}: {self.arrival_col} goes back in time; sort the file "
+                               f"by {self.arrival_col} (rows must be in arrival order)")
+            if arrival.size:
+                self._last_arrival = float(arrival[-1])
+        return CsvBlock(batch, rej, step, arrival)
 
 
 def read_events(path: str | Path, settings: Any, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[CsvBlock]:

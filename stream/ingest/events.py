@@ -57,6 +57,7 @@ __all__ = [
     "REASONS",
     "DEAD_LETTER_REASONS",
     "LATE_REASON",
+    "LATE_REASONS",
     "MAX_USER_ID_CHARS",
     "Rejection",
     "Rejections",
@@ -86,10 +87,18 @@ REASONS: tuple[str, ...] = (
     "far_future",
     "before_start",
     "timestep_sealed",
+    "arrived_after_seal",
 )
 LATE_REASON = "timestep_sealed"
-DEAD_LETTER_REASONS: tuple[str, ...] = tuple(r for r in REASONS if r != LATE_REASON)
+#: Reasons that send an event to the late topic (not a dead letter): its record time is past its
+#: timestep's deadline (``timestep_sealed``), or its record time is within the deadline but it
+#: was read after the service had already declared that timestep complete
+#: (``arrived_after_seal``: a broker clock behind the public wall clock by more than
+#: ``stream.clock_skew``). Both are decided without looking at any other person's event.
+LATE_REASONS: tuple[str, ...] = (LATE_REASON, "arrived_after_seal")
+DEAD_LETTER_REASONS: tuple[str, ...] = tuple(r for r in REASONS if r not in LATE_REASONS)
 CODE: dict[str, int] = {r: i + 1 for i, r in enumerate(REASONS)}
+_LATE_CODES = np.array([CODE[r] for r in LATE_REASONS], dtype=np.int64)
 MAX_USER_ID_CHARS = 256
 #: Event times beyond this many seconds from the epoch are ``invalid_time`` (keeps grid cells in int64).
 MAX_EPOCH_SECONDS = 1e11
@@ -123,7 +132,7 @@ class Rejection:
 
     @property
     def late(self) -> bool:
-        return self.reason == LATE_REASON
+        return self.reason in LATE_REASONS
 
 
 class Rejections(Sequence[Rejection]):
@@ -260,12 +269,12 @@ class Rejections(Sequence[Rejection]):
     @property
     def late(self) -> Rejections:
         """The late events (``timestep_sealed``)."""
-        return self.select(self.reason == CODE[LATE_REASON])
+        return self.select(np.isin(self.reason, _LATE_CODES))
 
     @property
     def dead(self) -> Rejections:
         """Everything but the late events (the dead letters)."""
-        return self.select(self.reason != CODE[LATE_REASON])
+        return self.select(~np.isin(self.reason, _LATE_CODES))
 
     def first(self) -> Rejection | None:
         """The rejection with the smallest row number (row-less ones last)."""

@@ -54,12 +54,13 @@ from histogram.grouping import shared_hash_rows
 from stream.ingest.events import CODE, ValidBatch
 from stream.ingest.people import person_hashes
 
-__all__ = ["Grid", "TimestepData", "Windower", "ACCEPTED", "BEFORE_START", "FAR_FUTURE", "LATE"]
+__all__ = ["Grid", "TimestepData", "Windower", "ACCEPTED", "AFTER_SEAL", "BEFORE_START", "FAR_FUTURE", "LATE"]
 
 ACCEPTED = 0
 BEFORE_START = CODE["before_start"]
 FAR_FUTURE = CODE["far_future"]
 LATE = CODE["timestep_sealed"]
+AFTER_SEAL = CODE["arrived_after_seal"]
 WINDOW_STATE_VERSION = 1
 
 
@@ -104,6 +105,39 @@ class Grid:
     @property
     def start_cell(self) -> int | None:
         return None if self.start is None else self.cell_of(self.start)
+
+    def deadline(self, cell: int | np.ndarray) -> float | np.ndarray:
+        """Record-time deadline of a cell, float seconds: its end + ``allowed_lateness``.
+
+        An event of the cell counts iff its own record time is at most this.
+        """
+        return self.origin_s + (np.asarray(cell, dtype=np.float64) + 1.0) * self.step_s + self.allowed_lateness
+
+    def inclusion(self, times: np.ndarray, record_times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Decide, per event, from its own fields only: ``(status, cell)``.
+
+        ``times`` is each event's event time and ``record_times`` the
+        timestamp of its own Kafka record (or CSV arrival time), float
+        seconds. Status, first match wins: :data:`BEFORE_START` (event time
+        before ``stream.start``), :data:`FAR_FUTURE` (event time more than
+        ``max_future`` ahead of its own record time), :data:`LATE` (record
+        time past the deadline of its event-time cell, see
+        :meth:`deadline`), else :data:`ACCEPTED` in the cell of its event
+        time. Nothing here reads another event, the wall clock or any state:
+        this is the function ``docs/privacy.md`` §1.1 proves things about.
+        """
+        t = np.asarray(times, dtype=np.float64)
+        r = np.asarray(record_times, dtype=np.float64)
+        if r.shape != t.shape:
+            raise ValueError(f"{r.size} record times for {t.size} events")
+        cells = self.cell(t)
+        status = np.zeros(t.size, dtype=np.int8)
+        late = r > self.deadline(cells)
+        status[late] = LATE
+        status[t > r + self.max_future] = FAR_FUTURE
+        if self.start is not None:
+            status[t < self.start] = BEFORE_START
+        return status, cells
 
     def bounds(self, cell: int) -> tuple[datetime, datetime]:
         """Exact start and end of a cell (UTC datetimes)."""
@@ -310,6 +344,66 @@ class Windower:
             self._accept(valid, acc, cells, now)
         return status
 
+    def offer_recorded(self, valid: ValidBatch, record_time: np.ndarray) -> np.ndarray:
+        """Window the valid rows of a batch by the data-independent rule; a status per row.
+
+        ``record_time`` holds each row's own record time (Kafka record
+        timestamp or CSV arrival time, float seconds), aligned with
+        ``valid``. Whether a row counts, and in which cell, is
+        :meth:`Grid.inclusion` of its own fields; the only state consulted
+        is which cells were already declared complete (sealed): a row that
+        passes :meth:`Grid.inclusion` for a sealed cell gets
+        :data:`AFTER_SEAL` — it cannot change a release that is out. The
+        largest event time is tracked for reporting only; it decides nothing.
+
+        Requires ``stream.start`` (the first timestep must be public).
+        """
+        if self.grid.start is None:
+            raise StateError(
+                "record-time inclusion needs a public first timestep: set stream.start "
+                "(the first timestep must not be chosen by the data)"
+            )
+        t = valid.time
+        status, cells = self.grid.inclusion(t, record_time)
+        if not t.size:
+            return status
+        nxt = self.next_cell
+        if nxt is not None:
+            status[(status == ACCEPTED) & (cells < nxt)] = AFTER_SEAL
+        acc = status == ACCEPTED
+        if acc.any():
+            self._accept(valid, acc, cells, None)
+        return status
+
+    def complete(self, record_frontier: float | None, *, final: bool = False) -> range:
+        """The cells known complete, in order: ``record_frontier`` is past their deadline.
+
+        ``record_frontier`` is the smallest, over the assigned partitions, of
+        the record time each partition is known to be past (its last record
+        time, or the public wall clock − ``stream.clock_skew`` once it has
+        been read to its end offset). A cell is complete when its deadline
+        (:meth:`Grid.deadline`) is strictly below it: no record with a record
+        time at most the deadline can still arrive. ``final`` (end of input)
+        completes every cell up to the largest buffered one. Completeness
+        only decides *when* a cell is released, never what it contains.
+        """
+        nxt = self.next_cell
+        if nxt is None:
+            return range(0)
+        limit = nxt
+        if record_frontier is not None and math.isfinite(record_frontier):
+            g = self.grid
+            # smallest cell whose deadline is >= the frontier
+            lim = math.ceil((record_frontier - g.allowed_lateness - g.origin_s) / g.step_s) - 1
+            while float(g.deadline(lim)) < record_frontier:
+                lim += 1
+            while lim > nxt and float(g.deadline(lim - 1)) >= record_frontier:
+                lim -= 1
+            limit = max(limit, lim)
+        if final and self._buffers:
+            limit = max(limit, max(self._buffers) + 1)
+        return range(nxt, limit)
+
     def _accept(self, valid: ValidBatch, acc: np.ndarray, cells: np.ndarray, now: float | None) -> None:
         t = valid.time
         tmax = float(t[acc].max())
@@ -423,7 +517,11 @@ class Windower:
     @classmethod
     def restore(cls, grid: Grid, data: dict[str, Any]) -> Windower:
         if not isinstance(data, dict) or data.get("version", WINDOW_STATE_VERSION) != WINDOW_STATE_VERSION:
-            raise StateError(f"unsupported window snapshot {data!r:.80}")
+            version = data.get("version") if isinstance(data, dict) else type(data).__name__
+            raise StateError(
+                f"unsupported window snapshot (version {version!r}, this build reads {WINDOW_STATE_VERSION}); "
+                "restore it with the release that wrote it, or start a new stream.id"
+            )
         try:
             first = data["first_cell"]
             mx = data["max_event_time"]

@@ -20,6 +20,7 @@ With ``counts=True`` the input is a counts file (one row per timestep, see
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -209,18 +210,25 @@ def replay(
                 emit([pipe.release_counts(row)])
         else:
             reader = EventCsvReader(inp, settings, block_size=block_size)
+            frontier = -math.inf
             summary.unknown_columns = list(reader.unknown_columns)
             for block in reader:
                 if strict and len(block.rejections):
                     raise _strict_error(inp, block.rejections)
                 summary.note(block.rejections)
-                rej = pipe.offer(block.batch)
+                arrival = block.arrival  # schema.arrival_time: the per-event rule (docs/privacy.md §1.1)
+                rej = pipe.offer(block.batch, record_time=arrival)
                 if strict and len(rej):
                     raise _strict_error(inp, rej)
                 summary.note(rej)
                 summary.rows_read += len(block.batch) + len(block.rejections)
-                emit(pipe.seal())
-            emit(pipe.seal(final=True))
+                if arrival is not None:
+                    if arrival.size:
+                        frontier = float(arrival[-1])
+                    emit(pipe.seal(record_frontier=frontier))
+                else:
+                    emit(pipe.seal())
+            emit(pipe.seal(final=True, record_frontier=math.inf) if reader.arrival_col else pipe.seal(final=True))
             summary.accepted = pipe.stats.events_accepted
         out.commit()
     summary.seconds = time.perf_counter() - t0

@@ -121,12 +121,15 @@ def client_options(k: KafkaSection) -> dict[str, Any]:
     return opts
 
 
-def ensure_topics(k: KafkaSection, topics: Mapping[str, int], *, timeout_s: float = 30.0) -> list[str]:
+def ensure_topics(k: KafkaSection, topics: Mapping[str, int], *, timeout_s: float = 30.0,
+                  configs: Mapping[str, Mapping[str, str]] | None = None) -> list[str]:
     """Create the topics that are missing; returns the names created.
 
     Args:
         topics: name -> partition count for topics created here (existing
             topics are left as they are, whatever their partition count).
+        configs: name -> topic configs for topics created here (e.g. the input
+            topic's ``message.timestamp.type=LogAppendTime``).
 
     Raises:
         KafkaIOError: the cluster could not be reached or refused.
@@ -140,7 +143,8 @@ def ensure_topics(k: KafkaSection, topics: Mapping[str, int], *, timeout_s: floa
                 existing = set(admin.list_topics())
                 missing = {name: n for name, n in topics.items() if name not in existing}
                 if missing:
-                    spec = {name: {"num_partitions": n, "replication_factor": k.replication_factor}
+                    spec = {name: {"num_partitions": n, "replication_factor": k.replication_factor,
+                                   **({"configs": dict(configs[name])} if configs and name in configs else {})}
                             for name, n in missing.items()}
                     try:
                         admin.create_topics(spec, timeout_ms=int(timeout_s * 1000), wait_for_metadata=True)
@@ -154,6 +158,42 @@ def ensure_topics(k: KafkaSection, topics: Mapping[str, int], *, timeout_s: floa
             if not err.retriable or time.monotonic() > deadline:
                 raise err from exc
             time.sleep(0.5)
+
+
+def topic_timestamp_type(k: KafkaSection, topic: str) -> str | None:
+    """The topic's ``message.timestamp.type`` (``LogAppendTime`` / ``CreateTime``), or None when the
+    cluster does not say (the embedded test broker fails ``describe_configs``)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    try:
+        admin = KafkaAdminClient(**client_options(k))
+    except Exception:  # noqa: BLE001 - "cannot tell" is an answer the caller handles
+        return None
+    try:
+        answer = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"message.timestamp.type": None})],
+            config_filter="all")
+        return _find_config(answer, "message.timestamp.type")
+    except Exception:  # noqa: BLE001 - e.g. the embedded broker (a KeyError inside kafka-python)
+        return None
+    finally:
+        admin.close()
+    return None
+
+
+def _find_config(answer: Any, key: str) -> str | None:
+    """The value of ``key`` in kafka-python's nested describe_configs answer
+    (``{type: {name: {key: {"value": …}}}}``), or None."""
+    if isinstance(answer, Mapping):
+        if key in answer:
+            data = answer[key]
+            value = data.get("value") if isinstance(data, Mapping) else data
+            return None if value is None else str(value)
+        for sub in answer.values():
+            found = _find_config(sub, key)
+            if found is not None:
+                return found
+    return None
 
 
 def make_consumer(k: KafkaSection, *, isolation_level: str = "read_committed",
@@ -570,6 +610,38 @@ class InputReader:
                 self._empty_since.setdefault(p, now)
             else:
                 self._empty_since.pop(p, None)
+        return out
+
+    def position(self, partition: int) -> int | None:
+        """The consumer's position: past transaction markers, unlike "last record offset + 1"."""
+        tp = next(tp for tp in self.tps if tp.partition == partition)
+        try:
+            return int(self.consumers[partition].position(tp))
+        except Exception:  # noqa: BLE001 - unknown position: the caller keeps its own
+            return None
+
+    def record_frontier(self, positions: Mapping[int, int], record_times: Mapping[int, float], now: float,
+                        skew: float) -> float:
+        """Record time every assigned partition is known to be past (float seconds).
+
+        Per partition: the largest record time seen on it; once it has been read to its end
+        offset, at least ``now − skew`` (the public wall clock minus the allowed broker skew).
+        The stream's frontier is the slowest partition's. Decides only *when* timesteps are
+        complete (:meth:`stream.ingest.windowing.Windower.complete`), never what they hold.
+        """
+        out = float("inf")
+        for tp in self.tps:
+            p = tp.partition
+            seen = record_times.get(p, float("-inf"))
+            high = self.consumers[p].highwater(tp)
+            if high is None:
+                try:
+                    high = end_offsets(self.control, [tp])[tp]
+                except Exception:  # noqa: BLE001 - unknown end: not at its end
+                    high = None
+            if high is not None and positions.get(p, 0) >= high:
+                seen = max(seen, now - skew)
+            out = min(out, seen)
         return out
 
     def caught_up(self, positions: Mapping[int, int]) -> bool:

@@ -88,6 +88,7 @@ from stream.service.kafka_io import (
     make_producer,
     read_tail,
     rejection_records,
+    topic_timestamp_type,
     transactional_id_for,
 )
 from stream.service.logs import get_logger, log
@@ -127,6 +128,10 @@ class Failpoints:
             self._hits[name] += 1
             if self._hits[name] == self._targets[name]:
                 os.kill(os.getpid(), signal.SIGKILL)
+
+
+class RecordTimeRefused(JournalError):
+    """The input topic's record timestamps cannot be confirmed broker-stamped: refuse to start (exit 2)."""
 
 
 class ServiceError(RuntimeError):
@@ -204,6 +209,9 @@ class Service:
         self.positions: dict[int, int] = {}      # next input offset per partition (processed)
         self.committed: dict[int, int] = {}      # offsets of the last committed checkpoint
         self.open_events: dict[int, int] = {}    # private audit: accepted events per open grid cell
+        self.record_mode = settings.kafka.record_time != "watermark"
+        self.record_times: dict[int, float] = {}  # largest record time seen per partition (seconds)
+        self.stamps: dict[tuple[int, int], float] = {}  # (partition, offset) -> record time, one poll
         self.pending = _Pending()
         self.released = 0
         self._last_checkpoint = time.monotonic()
@@ -226,9 +234,26 @@ class Service:
         if k.create_topics:
             created = ensure_topics(k, {k.input_topic: k.topic_partitions, k.output_topic: k.topic_partitions,
                                         k.dead_letter_topic: k.topic_partitions, k.late_topic: k.topic_partitions,
-                                        k.state_topic: 1})
+                                        k.state_topic: 1},
+                                    configs={k.input_topic: {"message.timestamp.type": "LogAppendTime"}})
             if created:
                 log(_log, logging.INFO, "created topics", topics=created)
+        if k.record_time == "log-append-time":
+            kind = topic_timestamp_type(k, k.input_topic)
+            if kind != "LogAppendTime":
+                raise RecordTimeRefused(
+                    f"kafka.record_time is log-append-time but the input topic {k.input_topic!r} reports "
+                    f"message.timestamp.type={kind or 'unknown (the cluster did not say)'}: producers would "
+                    "choose the record times that decide which events count, so one person's clock could "
+                    "move other people's events out of their timestep. Fix: set the topic config "
+                    "message.timestamp.type=LogAppendTime (kafka-configs --alter --entity-type topics "
+                    f"--entity-name {k.input_topic} --add-config message.timestamp.type=LogAppendTime), or, "
+                    "only if every producer's clock is trusted, set kafka.record_time: trusted-create-time")
+        if k.record_time != "watermark" and s.stream.start is None:
+            raise RecordTimeRefused(
+                f"kafka.record_time is {k.record_time} but stream.start is not set: the first timestep must "
+                "be public, not chosen by the first event. Fix: set stream.start (an instant on the grid)")
+        self.record_mode = k.record_time != "watermark"
         self.reader = InputReader(k, k.input_topic, slack_s=s.stream.allowed_lateness.total_seconds() / 2)
         self.health.set(False, "recovering")
         state_dir = s.service.state_dir
@@ -370,7 +395,15 @@ class Service:
             offsets = [r.offset for r in records]
             payloads.extend([r.value or b"" for r in records])
             sources.extend(zip(repeat(p), offsets))
+            for r in records:
+                self.stamps[(p, r.offset)] = r.timestamp / 1000.0
+            self.record_times[p] = max(self.record_times.get(p, float("-inf")), records[-1].timestamp / 1000.0)
             self.positions[p] = offsets[-1] + 1
+        if self.reader is not None:  # the consumer's position moves past transaction markers
+            for p in self.reader.partitions:
+                pos = self.reader.position(p)
+                if pos is not None and pos > self.positions.get(p, 0):
+                    self.positions[p] = pos
         if not payloads:
             return
         assert self.pipeline is not None
@@ -379,13 +412,20 @@ class Service:
         m = self.metrics
         m.messages_consumed.inc(len(payloads))
         for decoded, part_sources in self._decode(payloads, sources):
-            offered = self.pipeline.offer(decoded.batch, now=now)  # an error here is fatal: state may be torn
+            if self.record_mode:  # each event's own record time decides (docs/privacy.md §1.1)
+                rec = np.array([self.stamps[src] for src in part_sources], dtype=np.float64)
+                msg = decoded.batch.messages
+                rec = rec[msg] if msg is not None else np.full(len(decoded.batch), rec[0] if rec.size else 0.0)
+                offered = self.pipeline.offer(decoded.batch, record_time=rec)
+            else:
+                offered = self.pipeline.offer(decoded.batch, now=now)  # an error here is fatal: state may be torn
             rejected = Rejections.concat([decoded.rejections, offered])
             self._observe_accepted(decoded.batch, offered, part_sources)
             self._dead_letter(rejected)
             m.events_consumed.inc(len(decoded.batch) + len(decoded.rejections))
             m.events_accepted.inc(len(decoded.batch) - len(offered))
             m.count_rejections(rejected.counts())
+        self.stamps.clear()
 
     def _decode(self, payloads: list[bytes], sources: list[tuple[int, int]]) -> list[tuple[Any, list[Any]]]:
         """Decode a poll's messages; a message the decoder cannot handle at all is dead-lettered
@@ -458,6 +498,11 @@ class Service:
         a backlog (after a restart or a slow period) is not a quiet stream."""
         assert self.pipeline is not None and self.reader is not None
         self._step_mark = time.monotonic()
+        if self.record_mode:
+            frontier = self.reader.record_frontier(self.positions, self.record_times, time.time(),
+                                                   self.settings.stream.clock_skew.total_seconds())
+            self.pipeline.seal(record_frontier=frontier)
+            return
         idle_clock = time.time() if self.reader.caught_up(self.positions) else None
         if idle_clock is None and self.pipeline.window.last_event_wall is not None:
             self.pipeline.window.last_event_wall = time.time()  # the idle timer runs only while caught up

@@ -21,7 +21,7 @@ from fractions import Fraction
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from stream.ingest.events import DEAD_LETTER_REASONS
+from stream.ingest.events import DEAD_LETTER_REASONS, LATE_REASONS
 
 __all__ = ["Metrics", "NAMESPACE", "LATENCY_BUCKETS"]
 
@@ -48,6 +48,10 @@ class Metrics:
             self.dead_letters.labels(reason)
         self.late_events = Counter("late_events", "Events for an already sealed timestep, sent to the late topic.",
                                    namespace=ns, registry=r)
+        self.arrived_after_seal = Counter(
+            "arrived_after_seal", "Late events whose own record time was within their timestep's deadline "
+            "but that were read after it was released (broker clock behind the wall clock by more than "
+            "stream.clock_skew); a subset of late_events.", namespace=ns, registry=r)
         self.timesteps_sealed = Counter("timesteps_sealed", "Timesteps sealed (each gets exactly one release).",
                                         namespace=ns, registry=r)
         self.releases = Counter("releases", "Releases published, by kind (fresh | republished).", ["kind"],
@@ -108,7 +112,9 @@ class Metrics:
 
     def count_rejections(self, counts: dict[str, int]) -> None:
         for reason, n in counts.items():
-            if reason == "timestep_sealed":
+            if reason in LATE_REASONS:
                 self.late_events.inc(n)
+                if reason == "arrived_after_seal":
+                    self.arrived_after_seal.inc(n)
             else:
                 self.dead_letters.labels(reason).inc(n)
