@@ -15,18 +15,20 @@ released bytes is drawn here. Two sources, one code path:
   an explicitly named switch is set (see ``stream.config``).
 
 Integer counts get *discrete* Laplace noise (the two-sided geometric
-distribution), ``P(Z = z) ∝ exp(-|z| / b)`` for integers ``z``: there are no
-floating-point low bits to leak (Mironov, CCS 2012). It is sampled as the
-difference of two geometric variables, each ``floor(b · E)`` with ``E`` a
-standard exponential (``P(floor(bE) >= k) = exp(-k/b)`` exactly in real
-arithmetic). The exponential is computed in double precision, so the pmf is
-only reproduced approximately, and not at all in the far tail;
-``docs/privacy.md`` §2.2 states the resulting (ε, δ) claim (δ ≤ m·2⁻⁴⁰ for m
-draws) and what backs it.
+distribution), ``P(Z = z) ∝ exp(-|z| / b)`` for integers ``z``, sampled
+**exactly**: every decision is an integer comparison against uniformly
+random integers (Canonne, Kamath and Steinke, NeurIPS 2020, Algorithms 1
+and 2, vectorised over numpy arrays). There is no floating-point arithmetic
+between the random bits and the output, so the output pmf is the discrete
+Laplace pmf exactly and the mechanisms built on it are pure ε-DP
+(``docs/privacy.md`` §2.2). The same exact primitives, ``uniform_int`` and
+``bernoulli_exp`` (``P(True) = exp(-γ)`` for a rational ``γ``), drive the
+exponential mechanism of the PSD medians (``histogram.psd.median``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import secrets
@@ -43,6 +45,7 @@ __all__ = [
     "NoiseDrawer",
     "GeneratorDrawer",
     "Randomness",
+    "exact_scale",
     "discrete_laplace_pmf",
     "discrete_laplace_tail",
     "discrete_laplace_half_width",
@@ -65,12 +68,15 @@ class NoiseDrawer(Protocol):
         """
         ...
 
-    def gumbel(self, size: int) -> np.ndarray:
-        """Standard Gumbel variables (float64), for the exponential mechanism."""
+    def uniform_int(self, high: np.ndarray) -> np.ndarray:
+        """One uniform integer in ``{0, …, high_i - 1}`` per entry of ``high`` (int64, all >= 1)."""
         ...
 
-    def uniform(self, size: int) -> np.ndarray:
-        """Uniform variables in the open interval (0, 1) (float64)."""
+    def bernoulli_exp(self, numerator: np.ndarray, denominator: int) -> np.ndarray:
+        """Independent booleans with ``P(True) = exp(-numerator_i / denominator)``, exactly.
+
+        ``numerator`` is a non-negative int64 array, ``denominator`` a positive int.
+        """
         ...
 
 
@@ -85,8 +91,49 @@ def _check_scale(scale: Fraction) -> float:
     return value
 
 
+# Largest integer the vectorised integer arithmetic handles without overflow:
+# products such as ``denominator · K`` and ``U + t·V`` stay far below 2**63.
+_EXACT_LIMIT = 2**40
+
+
+def exact_scale(scale: Fraction) -> Fraction:
+    """The discrete Laplace scale actually sampled for ``scale``.
+
+    ``scale`` itself when its numerator and denominator are below 2⁴⁰ (every
+    scale calibrated from a decimal ε is). Otherwise the smallest fraction
+    ``≥ scale`` on a power-of-two grid that fits: more noise than asked, so
+    the ε the accountant charged for ``scale`` still holds (``Δ/b' ≤ Δ/b``).
+    """
+    _check_scale(scale)
+    b = Fraction(scale)
+    if b.numerator < _EXACT_LIMIT and b.denominator < _EXACT_LIMIT:
+        return b
+    whole = -(-b.numerator // b.denominator)  # ceil(b)
+    grid = 2 ** max(0, 39 - whole.bit_length())
+    rounded = Fraction(-(-b.numerator * grid // b.denominator), grid)
+    if rounded.numerator >= _EXACT_LIMIT:
+        raise NoiseError(f"noise scale {float(b):.3g} is too large to sample exactly (limit 2**39)")
+    return rounded
+
+
+@functools.lru_cache(maxsize=256)
+def _threshold_plan(denominator: int) -> tuple[int, tuple[int, ...]]:
+    """``(L, (0!, …, L!))`` with ``d^L·L! < 2^62`` and ``L`` as large as possible (at most 20)."""
+    factorials = [1]
+    depth = 0
+    while depth < 20 and denominator ** (depth + 1) * factorials[-1] * (depth + 1) < 2**62:
+        depth += 1
+        factorials.append(factorials[-1] * depth)
+    return depth, tuple(factorials)
+
+
 class GeneratorDrawer:
-    """A :class:`NoiseDrawer` over one AES-CTR keyed generator."""
+    """A :class:`NoiseDrawer` over one AES-CTR keyed generator.
+
+    Only the generator's bounded-integer method is used (``Generator.integers``,
+    Lemire's unbiased rejection method), so every sampler below is exact given
+    uniformly random bits.
+    """
 
     __slots__ = ("_gen", "draws")
 
@@ -96,30 +143,158 @@ class GeneratorDrawer:
         self._gen = np.random.Generator(AESCounter(key=key, counter=0))
         self.draws = 0  # number of values drawn, for accounting checks in tests
 
-    def _exponential(self, n: int) -> np.ndarray:
-        return self._gen.standard_exponential(n)
+    # -- exact primitives ---------------------------------------------------
+
+    def _below(self, high: int, numerator: np.ndarray) -> np.ndarray:
+        """``U_i < numerator_i`` with ``U_i`` uniform on ``{0, …, high-1}``: Bernoulli(numerator_i/high)."""
+        return self._gen.integers(0, high, size=numerator.size, dtype=np.int64) < numerator
+
+    def _bernoulli_exp_unit(self, numerator: np.ndarray, denominator: int, constant: bool = False) -> np.ndarray:
+        """Bernoulli(exp(-γ_i)) for ``γ_i = numerator_i/denominator ∈ [0, 1]`` (CKS Algorithm 1).
+
+        The algorithm draws ``A_k ~ Bernoulli(γ/k)`` for k = 1, 2, … until the
+        first ``A_k = 0`` and answers True iff that ``K`` is odd: ``P(K > k) =
+        γ^k/k!`` so ``P(K odd) = Σ_k (-γ)^k/k! = exp(-γ)``. Only the law of
+        ``K`` matters, so its first ``L`` steps are taken with ONE uniform
+        integer ``U`` on ``{0, …, N-1}``, ``N = d^L·L!``: ``K > k`` iff ``U <
+        T_k = a^k·d^(L-k)·L!/k!`` (an integer; ``P(U < T_k) = γ^k/k!`` exactly,
+        and the ``T_k`` decrease in k). Entries with ``K > L`` continue with
+        fresh draws of ``A_{L+1}, …``, which is the same law. ``constant``
+        promises that every entry has the same numerator (one threshold table).
+        """
+        n = numerator.size
+        if n == 0:
+            return np.zeros(0, dtype=bool)
+        d = int(denominator)
+        depth, factorials = _threshold_plan(d)
+        if not constant:
+            depth = min(depth, 3)  # per-entry thresholds cost a pass each; 3 leaves at most 1/6 to continue
+        u = self._gen.integers(0, d**depth * factorials[depth], size=n, dtype=np.int64)
+        if constant:
+            a = int(numerator[0])
+            ascending = np.array(
+                [a**k * d ** (depth - k) * (factorials[depth] // factorials[k]) for k in range(depth, 0, -1)],
+                dtype=np.int64,
+            )
+            passed = depth - np.searchsorted(ascending, u, side="right")  # #{k <= L : U < T_k} = min(K-1, L)
+        else:
+            passed = np.zeros(n, dtype=np.int64)
+            power = np.ones(n, dtype=np.int64)
+            for k in range(1, depth + 1):
+                power *= numerator
+                passed += u < power * (d ** (depth - k) * (factorials[depth] // factorials[k]))
+        out = (passed % 2) == 0  # K = passed + 1 is odd
+        active = np.flatnonzero(passed == depth)
+        num = numerator[active]
+        k = depth + 1
+        while active.size:
+            go_on = self._below(d * k, num)
+            out[active[~go_on]] = k % 2 == 1
+            active = active[go_on]
+            num = num[go_on]
+            k += 1
+        return out
+
+    def _bernoulli_inv_e(self, n: int) -> np.ndarray:
+        """``n`` independent Bernoulli(e⁻¹): :meth:`_bernoulli_exp_unit` with ``γ = 1``, specialised.
+
+        With ``N = 20!`` and ``T_k = 20!/k!``, ``U < T_1`` always and the
+        answer is True iff the number of ``k`` with ``U < T_k`` is even. Two
+        comparisons settle ``U ≥ T_3`` (probability 5/6); the rest look up
+        the whole table, and ``U < T_20`` (``U = 0``) continues sequentially.
+        """
+        depth, factorials = _threshold_plan(1)
+        top = factorials[depth]
+        u = self._gen.integers(0, top, size=n, dtype=np.int64)
+        out = (u < top // 2) & (u >= top // 6)
+        deep = np.flatnonzero(u < top // 6)
+        if deep.size:
+            ascending = np.array([top // factorials[k] for k in range(depth, 0, -1)], dtype=np.int64)
+            passed = depth - np.searchsorted(ascending, u[deep], side="right")
+            out[deep] = (passed % 2) == 0
+            rest = deep[passed == depth]
+            k = depth + 1
+            while rest.size:
+                go_on = self._gen.integers(0, k, size=rest.size, dtype=np.int64) == 0
+                out[rest[~go_on]] = k % 2 == 1
+                rest = rest[go_on]
+                k += 1
+        return out
+
+    def _geometric(self, n: int) -> np.ndarray:
+        """``V`` with ``P(V = v) = (1 - e⁻¹)·e^{-v}``: successes of Bernoulli(e⁻¹) before the first failure.
+
+        Each round draws one trial for every entry still running.
+        """
+        v = np.zeros(n, dtype=np.int64)
+        active = np.arange(n)
+        while active.size:
+            active = active[self._bernoulli_inv_e(active.size)]
+            v[active] += 1
+        return v
+
+    def uniform_int(self, high: np.ndarray) -> np.ndarray:
+        high = np.asarray(high, dtype=np.int64)
+        if high.size and int(high.min()) < 1:
+            raise NoiseError("uniform_int needs every bound >= 1")
+        self.draws += int(high.size)
+        if high.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        return self._gen.integers(0, high, dtype=np.int64)
+
+    def bernoulli_exp(self, numerator: np.ndarray, denominator: int) -> np.ndarray:
+        num = np.asarray(numerator, dtype=np.int64).reshape(-1)
+        den = int(denominator)
+        if den < 1 or den >= _EXACT_LIMIT:
+            raise NoiseError(f"bernoulli_exp denominator must lie in [1, 2**40), got {denominator}")
+        if num.size and int(num.min()) < 0:
+            raise NoiseError("bernoulli_exp needs non-negative numerators (γ >= 0)")
+        self.draws += int(num.size)
+        whole, rest = np.divmod(num, den)
+        out = np.ones(num.size, dtype=bool)
+        # exp(-γ) = exp(-1)^⌊γ⌋ · exp(-(γ - ⌊γ⌋)): ⌊γ⌋ Bernoulli(e⁻¹) all true, stopping at the first false.
+        active = np.flatnonzero(whole > 0)
+        left = whole[active]
+        while active.size:
+            ok = self._bernoulli_inv_e(active.size)
+            out[active[~ok]] = False
+            left = left[ok] - 1
+            active = active[ok]
+            keep = left > 0
+            active, left = active[keep], left[keep]
+        frac = np.flatnonzero(out & (rest > 0))
+        out[frac] = self._bernoulli_exp_unit(rest[frac], den)
+        return out
 
     def discrete_laplace(self, scale: Fraction, size: int | None = None) -> np.ndarray | int:
-        b = _check_scale(scale)
+        """Exact ``DLap(b)`` (CKS Algorithm 2, vectorised) with ``b = exact_scale(scale) = t/s``.
+
+        One trial: ``U`` uniform on ``{0, …, t-1}``, kept with probability
+        ``exp(-U/t)``; ``V`` geometric as in :meth:`_geometric`; ``X = U + tV``
+        has ``P(X = x) ∝ e^{-x/t}``; ``Y = ⌊X/s⌋`` has ``P(Y = y) ∝ e^{-y·s/t}``;
+        a fair sign ``B``, rejecting ``(B = 1, Y = 0)``, gives ``(1-2B)·Y``.
+        Accepted trials are i.i.d. ``DLap(t/s)`` and fill the output in order.
+        """
+        b = exact_scale(scale)
+        t, s = b.numerator, b.denominator
         n = 1 if size is None else int(size)
         if n < 0:
             raise NoiseError(f"size must be >= 0, got {size}")
-        e = self._exponential(2 * n)
-        e *= b
-        g = np.floor(e, out=e).astype(np.int64)
-        z = g[:n] - g[n:]
+        out = np.empty(n, dtype=np.int64)
+        filled = 0
+        while filled < n:
+            want = n - filled
+            m = want + (want >> 1) + 16  # about two thirds of trials survive both rejections
+            u = self._gen.integers(0, t, size=m, dtype=np.int64)
+            u = u[self._bernoulli_exp_unit(u, t)]
+            y = (u + t * self._geometric(u.size)) // s
+            negative = self._gen.integers(0, 2, size=y.size, dtype=np.int8).astype(bool)
+            keep = ~(negative & (y == 0))
+            z = np.where(negative, -y, y)[keep][:want]
+            out[filled : filled + z.size] = z
+            filled += z.size
         self.draws += n
-        return int(z[0]) if size is None else z
-
-    def gumbel(self, size: int) -> np.ndarray:
-        self.draws += int(size)
-        return self._gen.gumbel(size=int(size))
-
-    def uniform(self, size: int) -> np.ndarray:
-        self.draws += int(size)
-        u = self._gen.random(int(size))
-        # random() is in [0, 1); map 0 (probability 2^-53) into the open interval.
-        return np.where(u == 0.0, 2.0**-54, u)
+        return int(out[0]) if size is None else out
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from histogram.noise import NoiseDrawer
 
 __all__ = ["Draw", "TapeMismatch", "RecordingDrawer", "ReplayDrawer"]
 
-KINDS = ("discrete_laplace", "gumbel", "uniform")
+KINDS = ("discrete_laplace", "uniform_int", "bernoulli_exp")
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,12 @@ class Draw:
     """One call on a drawer.
 
     Attributes:
-        kind: ``discrete_laplace``, ``gumbel`` or ``uniform``.
-        scale: the discrete Laplace scale as passed (None for the other kinds).
+        kind: ``discrete_laplace``, ``uniform_int`` or ``bernoulli_exp``.
+        scale: the discrete Laplace scale as passed, the ``bernoulli_exp``
+            denominator, None for ``uniform_int``.
         size: the requested size (None for a scalar discrete Laplace draw).
         values: the values returned, always as a read-only 1-D array
-            (int64 for discrete Laplace, float64 otherwise).
+            (int64, booleans for ``bernoulli_exp``).
     """
 
     kind: str
@@ -85,14 +86,14 @@ class RecordingDrawer:
         self.tape.append(Draw("discrete_laplace", scale, size, np.asarray(values, dtype=np.int64)))
         return values
 
-    def gumbel(self, size: int) -> np.ndarray:
-        values = self.inner.gumbel(size)
-        self.tape.append(Draw("gumbel", None, int(size), np.asarray(values, dtype=np.float64)))
+    def uniform_int(self, high: np.ndarray) -> np.ndarray:
+        values = self.inner.uniform_int(high)
+        self.tape.append(Draw("uniform_int", None, int(np.size(high)), np.asarray(values, dtype=np.int64)))
         return values
 
-    def uniform(self, size: int) -> np.ndarray:
-        values = self.inner.uniform(size)
-        self.tape.append(Draw("uniform", None, int(size), np.asarray(values, dtype=np.float64)))
+    def bernoulli_exp(self, numerator: np.ndarray, denominator: int) -> np.ndarray:
+        values = self.inner.bernoulli_exp(numerator, denominator)
+        self.tape.append(Draw("bernoulli_exp", int(denominator), int(np.size(numerator)), np.asarray(values, dtype=bool)))
         return values
 
 
@@ -128,8 +129,8 @@ class ReplayDrawer:
             raise TapeMismatch(
                 f"call {self._pos}: {kind}(size={size}) but the tape has {entry.kind}(size={entry.size})"
             )
-        if kind == "discrete_laplace" and Fraction(entry.scale) != Fraction(scale):  # type: ignore[arg-type]
-            raise TapeMismatch(f"call {self._pos}: discrete Laplace scale {scale} but the tape has {entry.scale}")
+        if kind != "uniform_int" and Fraction(entry.scale) != Fraction(scale):  # type: ignore[arg-type]
+            raise TapeMismatch(f"call {self._pos}: {kind} scale {scale} but the tape has {entry.scale}")
         self._pos += 1
         return entry
 
@@ -137,11 +138,11 @@ class ReplayDrawer:
         entry = self._next("discrete_laplace", scale, size)
         return int(entry.values[0]) if size is None else entry.values.copy()
 
-    def gumbel(self, size: int) -> np.ndarray:
-        return self._next("gumbel", None, int(size)).values.copy()
+    def uniform_int(self, high: np.ndarray) -> np.ndarray:
+        return self._next("uniform_int", None, int(np.size(high))).values.copy()
 
-    def uniform(self, size: int) -> np.ndarray:
-        return self._next("uniform", None, int(size)).values.copy()
+    def bernoulli_exp(self, numerator: np.ndarray, denominator: int) -> np.ndarray:
+        return self._next("bernoulli_exp", int(denominator), int(np.size(numerator))).values.copy()
 
     def assert_exhausted(self) -> None:
         if self.remaining:

@@ -1,8 +1,9 @@
 """Helpers of the statistical privacy tests (reliability catalogue N1, A1–A5).
 
 * Noise sources for the twins: :class:`GeneratorSource` draws discrete
-  Laplace noise exactly as :class:`histogram.noise.GeneratorDrawer` does
-  (``floor(b·E1) − floor(b·E2)`` from a numpy ``Generator``), vectorised;
+  Laplace noise with the production exact sampler
+  (:meth:`histogram.noise.GeneratorDrawer.discrete_laplace`) over any numpy
+  bit generator, vectorised;
   :class:`TapeSource` replays noise recorded from the production code by
   :class:`histogram.testing.RecordingDrawer`, checking kind, scale and size.
 * :class:`SVTTwin`: the decision stage of ``DistanceSamplingPolicy`` (one SVT
@@ -46,6 +47,7 @@ from scipy.special import betaincinv
 
 from controller.pid import PIDController, PIDState
 from controller.svt import SVTCalibration
+from histogram.noise import GeneratorDrawer
 from histogram.testing import Draw, TapeMismatch
 
 ALPHA = 1e-6
@@ -60,21 +62,18 @@ class GeneratorSource:
     """Discrete Laplace for the twins, drawn the way ``GeneratorDrawer`` draws it."""
 
     def __init__(self, seed: int | np.random.SeedSequence | np.random.BitGenerator) -> None:
-        if isinstance(seed, np.random.BitGenerator):
-            self._gen = np.random.Generator(seed)
-        else:
-            self._gen = np.random.Generator(np.random.PCG64(seed))
+        bits = seed if isinstance(seed, np.random.BitGenerator) else np.random.PCG64(seed)
+        # the production sampler over this bit generator (PCG64 is faster than AES-CTR and
+        # the twins need no secrecy); an AES-CTR bit generator reproduces production exactly
+        self._drawer = GeneratorDrawer.__new__(GeneratorDrawer)
+        self._drawer._gen = np.random.Generator(bits)
+        self._drawer.draws = 0
 
     def dlap(self, scale: Fraction, n: int) -> np.ndarray:
         """``n`` draws of ``P(z) ∝ exp(-|z|/scale)``; scale 0 means no noise (broken variants)."""
         if scale == 0:
             return np.zeros(n, dtype=np.int64)
-        b = float(scale)
-        # the same arithmetic as histogram.noise.GeneratorDrawer.discrete_laplace
-        e = self._gen.standard_exponential(2 * n)
-        e *= b
-        g = np.floor(e, out=e).astype(np.int64)
-        return g[:n] - g[n:]
+        return np.asarray(self._drawer.discrete_laplace(Fraction(scale), n), dtype=np.int64)
 
 
 class TapeSource:

@@ -15,10 +15,18 @@ is Δ. The exponential mechanism picks ``s`` with probability
 ``∝ exp(ε·u(s) / (2Δ))`` and is ε-DP (McSherry & Talwar, FOCS 2007); this is
 the median Cormode et al. found most accurate among those they compared.
 
-It is sampled with the Gumbel-max trick: ``argmax_s (ε·u(s)/(2Δ) + G_s)`` with
-``G_s`` independent standard Gumbel variables is distributed exactly as above
-(in real arithmetic). Many cells are handled in one vectorised call: their
-candidates are concatenated, one segment per cell.
+It is sampled **exactly**, by rejection: propose a candidate uniformly at
+random and accept it with probability ``exp(-ε·(u* - u(s))/(2Δ))``, ``u*``
+the cell's best utility, with the exact Bernoulli(exp(-γ)) sampler of
+:mod:`histogram.noise` (``γ`` is rational: ε is a Fraction, utilities are
+integers). An accepted proposal is ``s`` with probability ``∝ (1/m)·exp(ε·u(s)/(2Δ))``,
+exactly the exponential mechanism; no floating-point number is involved.
+Proposals are drawn a whole round at a time (as many as the cell has
+candidates); the first accepted one in order is the answer, which is the
+sequential algorithm batched. The best candidate is accepted with
+probability 1, so a round fails with probability at most ``(1 - 1/m)^m < e⁻¹``.
+Many cells are handled in one vectorised call: their candidates are
+concatenated, one segment per cell.
 
 When one person has records in several cells of the same sub-step, the cells'
 utilities move by amounts ``Δ_j`` with ``Σ_j Δ_j ≤ Δ``; each cell's choice
@@ -34,48 +42,66 @@ import numpy as np
 from histogram.errors import MechanismError
 from histogram.noise import NoiseDrawer
 
-__all__ = ["median_scores", "exponential_choice", "median_probabilities"]
+__all__ = ["median_utility", "exponential_choice", "median_probabilities"]
+
+# ε·(u* - u) numerators must stay exact in int64 (see GeneratorDrawer.bernoulli_exp).
+_NUMERATOR_LIMIT = 2**62
 
 
-def median_scores(
-    rank: np.ndarray, n: np.ndarray, epsilon: Fraction, sensitivity: int
+def median_utility(rank: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``u(s) = -|2·r(s) - n|`` of each candidate (int64; 0 at an exact median, sensitivity Δ)."""
+    return -np.abs(2 * np.asarray(rank, dtype=np.int64) - np.asarray(n, dtype=np.int64))
+
+
+def exponential_choice(
+    utility: np.ndarray, sizes: np.ndarray, epsilon: Fraction, sensitivity: int, noise: NoiseDrawer
 ) -> np.ndarray:
-    """Exponential-mechanism log-weights ``ε·u(s)/(2Δ)`` of each candidate (float64)."""
-    if epsilon <= 0:
-        raise MechanismError(f"the median budget must be > 0, got {epsilon}")
-    factor = float(Fraction(epsilon) / (2 * sensitivity))
-    util = -np.abs(2 * np.asarray(rank, dtype=np.int64) - np.asarray(n, dtype=np.int64))
-    return util.astype(np.float64) * factor
-
-
-def exponential_choice(scores: np.ndarray, sizes: np.ndarray, noise: NoiseDrawer) -> np.ndarray:
-    """Index (within its segment) of the candidate chosen in every segment.
+    """Index (within its segment) of the candidate chosen in every segment, exactly.
 
     Args:
-        scores: log-weights of all candidates, segment after segment.
+        utility: integer utilities of all candidates, segment after segment.
         sizes: number of candidates of each segment (all >= 1).
-        noise: draws one Gumbel variable per candidate, in order.
+        epsilon: the budget of one choice (exact); sensitivity: Δ of the utility.
+        noise: draws the uniform proposals and the exact Bernoulli(exp(-γ)) acceptances.
 
     Returns:
         int64 array with one 0-based position per segment; position ``i`` of a
-        segment is chosen with probability ``exp(score_i) / Σ_j exp(score_j)``.
+        segment is chosen with probability ``exp(ε·u_i/(2Δ)) / Σ_j exp(ε·u_j/(2Δ))``.
     """
+    if epsilon <= 0:
+        raise MechanismError(f"the median budget must be > 0, got {epsilon}")
+    if sensitivity < 1:
+        raise MechanismError(f"the utility sensitivity must be >= 1, got {sensitivity}")
     sizes = np.asarray(sizes, dtype=np.int64)
     if sizes.size == 0:
         return np.zeros(0, dtype=np.int64)
     if np.any(sizes < 1):
         raise MechanismError("every segment needs at least one candidate")
+    utility = np.asarray(utility, dtype=np.int64)
     total = int(sizes.sum())
-    if scores.shape != (total,):
-        raise MechanismError(f"expected {total} scores, got shape {scores.shape}")
-    key = scores + noise.gumbel(total)
+    if utility.shape != (total,):
+        raise MechanismError(f"expected {total} utilities, got shape {utility.shape}")
+    weight = Fraction(epsilon) / (2 * sensitivity)  # acceptance exp(-weight·deficit)
     starts = np.cumsum(sizes) - sizes
-    seg_max = np.maximum.reduceat(key, starts)
-    hit = np.flatnonzero(key >= np.repeat(seg_max, sizes))
-    seg_of_hit = np.repeat(np.arange(sizes.size), sizes)[hit]
-    first = np.ones(hit.size, dtype=bool)
-    first[1:] = seg_of_hit[1:] != seg_of_hit[:-1]
-    return hit[first] - starts
+    deficit = np.repeat(np.maximum.reduceat(utility, starts), sizes) - utility
+    if deficit.size and int(deficit.max()) >= _NUMERATOR_LIMIT // weight.numerator:
+        raise MechanismError(
+            f"median utilities too far apart for exact sampling (ε numerator {weight.numerator}); "
+            "use a budget with a smaller numerator"
+        )
+    numerator = deficit * weight.numerator
+    choice = np.full(sizes.size, -1, dtype=np.int64)
+    active = np.arange(sizes.size)
+    while active.size:
+        size = sizes[active]
+        segment = np.repeat(active, size)
+        proposal = noise.uniform_int(np.repeat(size, size))
+        accepted = noise.bernoulli_exp(numerator[starts[segment] + proposal], weight.denominator)
+        hit = np.flatnonzero(accepted)
+        first = hit[np.unique(segment[hit], return_index=True)[1]]
+        choice[segment[first]] = proposal[first]
+        active = active[choice[active] < 0]
+    return choice
 
 
 def median_probabilities(
@@ -93,6 +119,6 @@ def median_probabilities(
     values = np.asarray(values, dtype=np.int64)
     cand = np.arange(lo + 1, hi + 1)
     rank = (values[None, :] < cand[:, None]).sum(axis=1)
-    scores = median_scores(rank, np.full(cand.size, values.size), epsilon, sensitivity)
+    scores = median_utility(rank, np.full(cand.size, values.size)) * float(Fraction(epsilon) / (2 * sensitivity))
     w = np.exp(scores - scores.max())
     return w / w.sum()

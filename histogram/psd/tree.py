@@ -28,7 +28,7 @@ import numpy as np
 from histogram.errors import MechanismError
 from histogram.noise import NoiseDrawer
 from histogram.psd.budget import PSDBudget, SubStep, TreePlan
-from histogram.psd.median import exponential_choice, median_scores
+from histogram.psd.median import exponential_choice, median_utility
 
 __all__ = [
     "NoisyLevel",
@@ -135,8 +135,8 @@ def _private_medians(
     cut = rep_lo[axis] + 1 + offset
     rank = _left_sums(table, rep_lo, rep_hi, axis, cut)
     n = np.repeat(_box_sums(table, lo, hi), sizes)
-    scores = median_scores(rank, n, epsilon, sensitivity)
-    return lo[axis] + 1 + exponential_choice(scores, sizes, noise)
+    utility = median_utility(rank, n)
+    return lo[axis] + 1 + exponential_choice(utility, sizes, epsilon, sensitivity, noise)
 
 
 def _split(

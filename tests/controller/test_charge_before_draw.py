@@ -78,13 +78,13 @@ class _Drawer:
         self._log.events.append(("draw", "release" if size == BINS else "decision"))
         return self._inner.discrete_laplace(scale, size)
 
-    def gumbel(self, size):  # type: ignore[no-untyped-def]
+    def uniform_int(self, high):  # type: ignore[no-untyped-def]
         self._log.events.append(("draw", "release"))
-        return self._inner.gumbel(size)
+        return self._inner.uniform_int(high)
 
-    def uniform(self, size):  # type: ignore[no-untyped-def]
+    def bernoulli_exp(self, numerator, denominator):  # type: ignore[no-untyped-def]
         self._log.events.append(("draw", "release"))
-        return self._inner.uniform(size)
+        return self._inner.bernoulli_exp(numerator, denominator)
 
 
 def _step(engine: Engine, state: EngineState, counts, t: int, log: _Log):  # type: ignore[no-untyped-def]

@@ -44,7 +44,9 @@ from histogram.noise import GeneratorDrawer, Randomness, discrete_laplace_pmf
 from histogram.testing import Draw, RecordingDrawer, ReplayDrawer, TapeMismatch
 
 ROOT = Path(__file__).resolve().parents[2]
-SCALES = (Fraction(1, 2), Fraction(1), Fraction(2), Fraction(10), Fraction(100))
+# integers, and rationals whose numerator and denominator both matter in the exact sampler
+# (39225/1516 is a calibrated SVT threshold scale from docs/privacy.md §2.4)
+SCALES = (Fraction(1, 2), Fraction(1), Fraction(2), Fraction(7, 3), Fraction(10), Fraction(39225, 1516), Fraction(100))
 DRAWS = 50_000
 Z = 6.0
 CHI2_FLAKE = 1e-7
@@ -142,8 +144,7 @@ def too_narrow(scale: Fraction, timestep: int) -> np.ndarray:
 
 def rounded_continuous(scale: Fraction, timestep: int) -> np.ndarray:
     """Deliberately wrong: continuous Laplace b·(E1 − E2) rounded to the nearest integer."""
-    u = Randomness.secure().drawer("n1-audit", timestep, "rounded").uniform(2 * DRAWS)
-    e = -np.log(u)
+    e = np.random.default_rng(1000 + timestep).standard_exponential(2 * DRAWS)
     return np.rint(float(scale) * (e[:DRAWS] - e[DRAWS:])).astype(np.int64)
 
 
@@ -200,7 +201,11 @@ def test_seeded_drawers_are_reproducible_and_keyed_by_every_coordinate():
 
     base = draw()
     assert np.array_equal(base, draw())
-    assert Randomness.seeded(11).drawer("s", 3).uniform(4).tolist() == Randomness.seeded(11).drawer("s", 3).uniform(4).tolist()
+    highs = np.array([2, 3, 1000, 2**40])
+    assert (
+        Randomness.seeded(11).drawer("s", 3).uniform_int(highs).tolist()
+        == Randomness.seeded(11).drawer("s", 3).uniform_int(highs).tolist()
+    )
     for other in (draw(timestep=4), draw(seed=12), draw(stream="t"), draw(purpose="decision")):
         assert not np.array_equal(base, other)
     # a drawer is a stream: consecutive calls continue it (they do not restart it), and the
@@ -241,18 +246,20 @@ def test_recording_and_replaying_a_tape():
     rec = RecordingDrawer(Randomness.seeded(5).drawer("s", 0))
     x = rec.discrete_laplace(Fraction(3))
     y = rec.discrete_laplace(Fraction(7, 2), 4)
-    g = rec.gumbel(3)
-    u = rec.uniform(2)
-    assert [d.kind for d in rec.tape] == ["discrete_laplace", "discrete_laplace", "gumbel", "uniform"]
+    u = rec.uniform_int(np.array([5, 6, 7]))
+    b = rec.bernoulli_exp(np.array([0, 3]), 2)
+    assert [d.kind for d in rec.tape] == ["discrete_laplace", "discrete_laplace", "uniform_int", "bernoulli_exp"]
     assert rec.draws == 1 + 4 + 3 + 2
     rep = ReplayDrawer(rec.tape)
     assert rep.discrete_laplace(Fraction(3)) == x and isinstance(x, int)
     assert np.array_equal(rep.discrete_laplace(Fraction(7, 2), 4), y)
-    assert np.array_equal(rep.gumbel(3), g)
-    assert np.array_equal(rep.uniform(2), u)
+    assert np.array_equal(rep.uniform_int(np.array([5, 6, 7])), u)
+    with pytest.raises(TapeMismatch):
+        ReplayDrawer(rec.tape[3:]).bernoulli_exp(np.array([0, 3]), 3)  # another denominator
+    assert np.array_equal(rep.bernoulli_exp(np.array([0, 3]), 2), b)
     rep.assert_exhausted()
     with pytest.raises(TapeMismatch):
-        rep.uniform(1)
+        rep.uniform_int(np.array([1]))
 
 
 @pytest.mark.parametrize(
@@ -260,7 +267,7 @@ def test_recording_and_replaying_a_tape():
     [
         lambda r: r.discrete_laplace(Fraction(4)),  # wrong scale
         lambda r: r.discrete_laplace(Fraction(3), 1),  # wrong size (array instead of scalar)
-        lambda r: r.uniform(1),  # wrong kind
+        lambda r: r.uniform_int(np.array([2])),  # wrong kind
     ],
 )
 def test_replay_refuses_a_call_that_was_not_recorded(call):
@@ -290,3 +297,88 @@ def test_no_production_module_imports_the_test_drawers():
                 if any(n == "histogram.testing" or n.startswith("histogram.testing.") for n in names):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, offenders
+
+
+# ---------------------------------------------------------------------------
+# exactness: only bounded integers come out of the generator, and the primitives have their laws
+
+
+class IntegersOnly:
+    """A generator stand-in that offers bounded integers and nothing else (no floats to lean on)."""
+
+    def __init__(self, inner: np.random.Generator) -> None:
+        self._inner = inner
+        self.calls = 0
+
+    def integers(self, low, high, size=None, dtype=np.int64):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return self._inner.integers(low, high, size=size, dtype=dtype)
+
+
+def test_every_sampler_uses_only_bounded_integers():
+    d = Randomness.seeded(3).drawer("exact", 0)
+    only = IntegersOnly(d._gen)
+    d._gen = only  # type: ignore[assignment]
+    d.discrete_laplace(Fraction(39225, 1516), 1000)
+    d.discrete_laplace(Fraction(1, 3))
+    d.bernoulli_exp(np.array([0, 1, 5, 37]), 10)
+    d.uniform_int(np.array([3, 9]))
+    assert only.calls > 0  # and nothing else was reachable: any float method raises AttributeError
+
+
+def _z(hits: int, n: int, p: float) -> float:
+    return (hits - n * p) / math.sqrt(n * p * (1 - p))
+
+
+@pytest.mark.parametrize("gamma", [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(5, 2), Fraction(37, 10), Fraction(9, 1000)], ids=str)
+def test_bernoulli_exp_has_probability_exp_minus_gamma(gamma):
+    n = 400_000
+    d = Randomness.seeded(7).drawer("bexp", 0)
+    # mixed numerators exercise the per-entry threshold path as well as the constant one
+    num = np.tile(np.array([gamma.numerator, 0], dtype=np.int64), n)
+    out = d.bernoulli_exp(num, gamma.denominator)
+    assert out[1::2].all()  # γ = 0 is always True
+    constant = d.bernoulli_exp(np.full(n, gamma.numerator, dtype=np.int64), gamma.denominator)
+    if gamma == 0:
+        assert out.all() and constant.all()
+        return
+    assert abs(_z(int(out[0::2].sum()), n, math.exp(-float(gamma)))) < Z
+    assert abs(_z(int(constant.sum()), n, math.exp(-float(gamma)))) < Z
+
+
+def test_bernoulli_exp_law_is_exact_for_a_hand_checked_case():
+    """γ = 1/2 with the threshold table enumerated: the probability is the alternating series."""
+    from histogram.noise import _threshold_plan
+
+    depth, fact = _threshold_plan(2)
+    # P(K > k) = T_k / N must equal (1/2)^k / k! exactly for every k the table covers
+    top = 2**depth * fact[depth]
+    for k in range(1, depth + 1):
+        assert Fraction(2 ** (depth - k) * (fact[depth] // fact[k]), top) == Fraction(1, 2**k * fact[k])
+
+
+def test_uniform_int_is_uniform_and_checks_bounds():
+    from histogram.errors import NoiseError
+
+    d = Randomness.seeded(8).drawer("uint", 0)
+    x = d.uniform_int(np.full(300_000, 6))
+    counts = np.bincount(x, minlength=6)
+    assert counts.size == 6
+    stat = float(((counts - 50_000) ** 2 / 50_000).sum())
+    assert stat < chi2_limit(5)
+    with pytest.raises(NoiseError):
+        d.uniform_int(np.array([3, 0]))
+    with pytest.raises(NoiseError):
+        d.bernoulli_exp(np.array([-1]), 2)
+
+
+def test_exact_scale_keeps_small_fractions_and_rounds_huge_ones_up():
+    from histogram.noise import exact_scale
+
+    assert exact_scale(Fraction(39225, 1516)) == Fraction(39225, 1516)
+    tiny = Fraction(1, 3) + Fraction(1, 2**70)  # denominator beyond the exact range
+    rounded = exact_scale(tiny)
+    assert rounded >= tiny and rounded - tiny < Fraction(1, 2**36)
+    assert rounded.numerator < 2**40 and rounded.denominator < 2**40
+    report = check_discrete_laplace(production(tiny, 9), tiny)
+    assert report.ok, (report.failures, report.stats)

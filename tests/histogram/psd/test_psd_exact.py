@@ -17,8 +17,9 @@ from histogram.noise import Randomness
 from histogram.psd.budget import make_plan
 from histogram.psd.consistency import least_squares, nonnegative, project_groups_to_simplex
 from histogram.psd.mechanism import PSD_OPTIONS, PSDMechanism
-from histogram.psd.median import exponential_choice, median_scores
+from histogram.psd.median import exponential_choice, median_utility
 from histogram.psd.tree import PSDTree, build_tree, discrete_laplace_variance, leaf_index_grid
+from histogram.testing import RecordingDrawer, ReplayDrawer
 
 
 def drawer(seed: int = 0, timestep: int = 0):
@@ -258,22 +259,21 @@ def test_true_counts_add_up_without_noise_variation():
 
 
 class Recorder:
-    """A drawer wrapper that records the Gumbel variables it hands out."""
+    """A drawer wrapper that records the median randomness it hands out."""
 
     def __init__(self, inner):
-        self.inner, self.gumbels, self.laplace = inner, [], 0
+        self.inner, self.laplace = inner, 0
+        self.rec = RecordingDrawer(inner)
 
     def discrete_laplace(self, scale, size=None):
         self.laplace += 1 if size is None else size
         return self.inner.discrete_laplace(scale, size)
 
-    def gumbel(self, size):
-        g = self.inner.gumbel(size)
-        self.gumbels.append(g.copy())
-        return g
+    def uniform_int(self, high):
+        return self.rec.uniform_int(high)
 
-    def uniform(self, size):  # pragma: no cover - PSD never asks for it
-        return self.inner.uniform(size)
+    def bernoulli_exp(self, numerator, denominator):
+        return self.rec.bernoulli_exp(numerator, denominator)
 
 
 def test_release_is_reproducible_and_uses_only_the_drawer():
@@ -288,13 +288,16 @@ def test_release_is_reproducible_and_uses_only_the_drawer():
     levels = build_tree(counts.reshape(shape), m.plan, m.budget(Fraction(1)), 1, rec)
     nodes = sum(lv.size for lv in levels)
     assert rec.laplace == nodes  # one noisy count per node
-    # one Gumbel variable per candidate split point: (width - 1) per cell and sub-step
-    assert len(rec.gumbels) == m.plan.median_steps
-    assert rec.gumbels[0].size == shape[0] - 1
-    assert d1.draws == nodes + sum(g.size for g in rec.gumbels)
+    # the medians draw proposals and acceptances in pairs: at least one round per sub-step,
+    # each round proposing (width - 1) candidates per cell still open
+    kinds = [d.kind for d in rec.rec.tape]
+    assert kinds[0::2] == ["uniform_int"] * (len(kinds) // 2) and kinds[1::2] == ["bernoulli_exp"] * (len(kinds) // 2)
+    assert len(kinds) // 2 >= m.plan.median_steps
+    assert rec.rec.tape[0].count == shape[0] - 1
+    assert d1.draws == nodes + rec.rec.draws
 
 
-def test_medians_in_the_tree_follow_the_recorded_gumbel_noise():
+def test_medians_in_the_tree_follow_the_recorded_noise():
     """The tree's split equals the exponential-mechanism choice on the same recorded noise."""
     values = np.array([0, 0, 3, 5, 5, 5, 9, 11], dtype=np.int64)
     hist = np.bincount(values, minlength=12).astype(np.int64)
@@ -305,16 +308,14 @@ def test_medians_in_the_tree_follow_the_recorded_gumbel_noise():
     split = int(levels[1].lo[0, 1])  # right child starts at the split point
     cand = np.arange(1, 12)
     rank = (values[None, :] < cand[:, None]).sum(axis=1)
-    scores = median_scores(rank, np.full(11, values.size), budget.median_step, 1)
-    (g,) = rec.gumbels
-    assert split == cand[np.argmax(scores + g)]
-
-    class Replay:
-        def gumbel(self, size):
-            assert size == g.size
-            return g
-
-    assert 1 + exponential_choice(scores, np.array([11]), Replay())[0] == split
+    utility = median_utility(rank, np.full(11, values.size))
+    replay = ReplayDrawer(rec.rec.tape)
+    assert 1 + exponential_choice(utility, np.array([11]), budget.median_step, 1, replay)[0] == split
+    replay.assert_exhausted()
+    # and the choice is the first accepted proposal
+    proposals = rec.rec.tape[-2].values
+    accepted = rec.rec.tape[-1].values
+    assert split == cand[proposals[int(np.argmax(accepted))]]
 
 
 def test_all_zero_histogram_and_single_bin_domain():

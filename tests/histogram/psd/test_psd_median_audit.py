@@ -2,7 +2,7 @@
 
 For adversarial neighbouring cells D, D' the audit samples the production
 sampler (:func:`histogram.psd.median.exponential_choice` over
-:func:`histogram.psd.median.median_scores`, vectorised over many copies of the
+:func:`histogram.psd.median.median_utility`, exact rejection sampling, vectorised over many copies of the
 cell), picks the most distinguishing output on one sample and measures it on
 a fresh one: with Clopper–Pearson bounds, ``ε_lb = ln(p_lo(D) / p_hi(D'))`` is
 a lower bound on the privacy loss with probability at least ``1 - α``
@@ -27,7 +27,7 @@ import pytest
 from scipy.special import betaincinv
 
 from histogram.noise import Randomness
-from histogram.psd.median import exponential_choice, median_probabilities, median_scores
+from histogram.psd.median import exponential_choice, median_probabilities, median_utility
 
 ALPHA = 1e-6
 EPS = Fraction(1)
@@ -42,27 +42,34 @@ PAIRS = {
 }
 
 
-class ZeroGumbel:
-    """Broken randomness: no Gumbel noise at all (the exact median is released)."""
+class ArgmaxOnly:
+    """Broken randomness: only the best candidates are ever accepted (the exact median is released)."""
 
-    def gumbel(self, size):
-        return np.zeros(size)
+    def __init__(self, inner):
+        self.inner = inner
 
+    def uniform_int(self, high):
+        return self.inner.uniform_int(high)
 
-def correct(rank, n, sens):
-    return median_scores(rank, n, EPS, sens), None
-
-
-def no_factor_two(rank, n, sens):
-    return median_scores(rank, n, 2 * EPS, sens), None  # exp(ε·u/Δ) instead of exp(ε·u/(2Δ))
+    def bernoulli_exp(self, numerator, denominator):
+        return np.asarray(numerator) == 0
 
 
-def ignores_sensitivity(rank, n, sens):
-    return median_scores(rank, n, EPS, 1), None  # calibrated for Δ = 1 whatever the bound
+# A variant maps (Δ) to (ε the sampler is told, Δ the sampler is told, drawer wrapper or None).
+def correct(sens):
+    return EPS, sens, None
 
 
-def no_noise(rank, n, sens):
-    return median_scores(rank, n, EPS, sens), ZeroGumbel()
+def no_factor_two(sens):
+    return 2 * EPS, sens, None  # exp(ε·u/Δ) instead of exp(ε·u/(2Δ))
+
+
+def ignores_sensitivity(sens):
+    return EPS, 1, None  # calibrated for Δ = 1 whatever the bound
+
+
+def no_noise(sens):
+    return EPS, sens, ArgmaxOnly
 
 
 BROKEN = {
@@ -77,9 +84,12 @@ def sample(variant, bins: int, records: list[int], sens: int, runs: int, seed: s
     values = np.asarray(records, dtype=np.int64)
     cand = np.arange(1, bins)
     rank = (values[None, :] < cand[:, None]).sum(axis=1)
-    scores, noise = variant(rank, np.full(cand.size, values.size), sens)
-    drawer = noise or Randomness.seeded(20240601).drawer(f"psd-median-audit/{seed}", 0)
-    choice = exponential_choice(np.tile(scores, runs), np.full(runs, cand.size), drawer)
+    utility = median_utility(rank, np.full(cand.size, values.size))
+    epsilon, told_sens, wrap = variant(sens)
+    drawer = Randomness.seeded(20240601).drawer(f"psd-median-audit/{seed}", 0)
+    if wrap is not None:
+        drawer = wrap(drawer)
+    choice = exponential_choice(np.tile(utility, runs), np.full(runs, cand.size), epsilon, told_sens, drawer)
     return np.bincount(choice, minlength=cand.size)
 
 
