@@ -282,15 +282,21 @@ class GeneratorDrawer:
             raise NoiseError(f"size must be >= 0, got {size}")
         out = np.empty(n, dtype=np.int64)
         filled = 0
+        rate = 0.6  # share of trials accepted; re-estimated each round (it depends on t/s only)
         while filled < n:
             want = n - filled
-            m = want + (want >> 1) + 16  # about two thirds of trials survive both rejections
-            u = self._gen.integers(0, t, size=m, dtype=np.int64)
-            u = u[self._bernoulli_exp_unit(u, t)]
+            m = int(want / rate * 1.05) + 16
+            if t == 1:
+                u = np.zeros(m, dtype=np.int64)  # U is uniform on {0}: always kept (e^0 = 1)
+            else:
+                u = self._gen.integers(0, t, size=m, dtype=np.int64)
+                u = u[self._bernoulli_exp_unit(u, t)]
             y = (u + t * self._geometric(u.size)) // s
             negative = self._gen.integers(0, 2, size=y.size, dtype=np.int8).astype(bool)
             keep = ~(negative & (y == 0))
-            z = np.where(negative, -y, y)[keep][:want]
+            z = np.where(negative, -y, y)[keep]
+            rate = max(z.size / m, 0.05)
+            z = z[:want]
             out[filled : filled + z.size] = z
             filled += z.size
         self.draws += n

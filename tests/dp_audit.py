@@ -897,9 +897,11 @@ CATALOGUE: dict[str, AuditEntry] = {
         "CP lower bound on the loss of one released count between neighbours c and c+Δ vs ε₂/C",
     ),
     "psd": AuditEntry(
-        "release", "tests.histogram.psd.test_psd_audit", "BROKEN", {},
-        "written by the exactnoise branch: tree-level scales, height split, median share and sensitivity",
-        pending=True,
+        "release", "tests.histogram.psd.test_psd_audit", "BROKEN",
+        _named("test_broken_psd_variant_is_caught",
+               ("height split overspends", "inner level at half scale", "leaves at half scale",
+                "median sensitivity ignored", "median share doubled")),
+        "exact: the ε the recorded draws and median calls provide along every root-to-leaf path vs the charged ε",
     ),
     "psd-median": AuditEntry(
         "release", "tests.histogram.psd.test_psd_median_audit", "BROKEN",

@@ -185,8 +185,8 @@ def build_tree(
     """Split recursively, releasing a noisy count of every node.
 
     Draw order (fixed, so a seeded drawer reproduces a release): for each depth,
-    the noisy counts of its inner nodes, then of its leaves, then the Gumbel
-    variables of that level's median sub-steps in attribute order.
+    the noisy counts of its inner nodes, then of its leaves, then the proposal
+    and acceptance draws of that level's median sub-steps in attribute order.
 
     Args:
         hist: the histogram as a ``shape``-dimensional int64 array (raw data).
