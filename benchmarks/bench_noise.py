@@ -51,8 +51,10 @@ def main() -> None:
     results = {}
     for bins in (10_000, 1_000_000):
         for name, scale in SCALES.items():
-            exact = _median_ms(lambda: rnd.drawer("bench", 0).discrete_laplace(scale, bins), args.repeats)
-            ref = _median_ms(lambda: _float_reference(rnd.drawer("bench", 0), scale, bins), args.repeats)
+            exact = _median_ms(
+                lambda s=scale, n=bins: rnd.drawer("bench", 0).discrete_laplace(s, n), args.repeats
+            )
+            ref = _median_ms(lambda s=scale, n=bins: _float_reference(rnd.drawer("bench", 0), s, n), args.repeats)
             results[f"{bins}_bins_scale_{name}"] = {
                 "exact_ms": exact,
                 "float_reference_ms": ref,
