@@ -134,13 +134,22 @@ def service_config(bootstrap: str, state_dir: Path, *, stream_id: str | None = N
     """A complete config (dict) for the small test domain, with fast timeouts."""
     from stream.service.testing import SMALL_ATTRIBUTES
 
+    # Which clock decides inclusion. Record-time modes (kafka={"record_time": ...}) need record
+    # timestamps the test sets deliberately (the embedded broker ignores LogAppendTime, see
+    # test_service_inclusion.py and record_time_crash_scenario). Without one, these service tests
+    # (written for events dated 2024 stamped with today's clock) run the legacy watermark rule,
+    # which the config refuses unless it is opted into explicitly: outside the privacy proof.
+    kafka = dict(kafka or {})
+    legacy = kafka.setdefault("record_time", "watermark") == "watermark"
+    if legacy:
+        kafka.setdefault("allow_data_dependent_inclusion", True)
     cfg: dict[str, Any] = {
-        "stream": {"id": stream_id or unique("s"), "timestep": f"{STEP}s", "idle_timeout": "1s",
-                   "start": T0},
+        "stream": {"id": stream_id or unique("s"), "timestep": f"{STEP}s", "start": T0,
+                   **({"idle_timeout": "1s"} if legacy else {})},
         "schema": {"attributes": SMALL_ATTRIBUTES},
         "privacy": {"unit": "user-level", "epsilon": 1, "horizon": 100, "cutoff": 100, "population": 100},
         "release": {"decision": "uniform"},
-        "kafka": kafka_section(bootstrap, **(kafka or {})),
+        "kafka": kafka_section(bootstrap, **kafka),
         "service": {"state_dir": str(state_dir), "http_port": 0, "commit_interval": "200ms",
                     "poll_timeout": "50ms", "log_level": "INFO"},
     }
@@ -528,7 +537,8 @@ def synthetic_input(rng: Any, timesteps: int, per_timestep: int, *, bad_every: i
 def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: int,
                    failpoints: list[tuple[str, int]], broken: bool = False, timesteps: int = 100,
                    per_timestep: int = 100, pace: float = 0.25, partitions: int = 2,
-                   decision: str = "uniform", terms: int = 0, zygote: Zygote | None = None) -> CrashOutcome:
+                   decision: str = "uniform", terms: int = 0, zygote: Zygote | None = None,
+                   record_time: bool = False) -> CrashOutcome:
     """Run the service through kill -9s and failpoint crashes while input arrives; then check.
 
     The input (``timesteps`` × ``per_timestep`` events, plus dead letters) is
@@ -536,6 +546,16 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
     the service is started, killed and restarted per the shuffled schedule.
     A last run (no faults) drains the input; it is stopped with SIGTERM
     once every timestep has a release.
+
+    ``record_time``: the service runs ``kafka.record_time: trusted-create-time`` (seeded noise)
+    and the feeder plays the broker's LogAppendTime clock (the embedded broker ignores it): every
+    record of timestep ``t`` is stamped just before that timestep's end, monotone per partition;
+    after the input, one heartbeat event per partition stamped past the last deadline (its own
+    event time lies in a later, never-complete timestep) shows every partition past the end.
+    ``stream.clock_skew`` is set larger than the gap between the simulated 2024 clock and the wall
+    clock, so only record-time progress completes timesteps: what each holds is then fixed by
+    the input alone, and the releases must equal an offline replay with the arrival times
+    (``CrashOutcome.facts["replay_equal"]``).
     """
     import signal
     import threading
@@ -547,8 +567,11 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
 
     rng = np.random.default_rng(seed)  # test data and kill times only; never release noise
     workdir.mkdir(parents=True, exist_ok=True)
-    cfg = service_config(bootstrap, workdir / "state", kafka={"topic_partitions": partitions, "max_poll_records": 25},
-                         stream={"allowed_lateness": f"{STEP}s"},
+    rec_kafka = {"record_time": "trusted-create-time"} if record_time else {}
+    rec_stream = {"clock_skew": f"{int(time.time() - T0) + 86_400}s"} if record_time else {}
+    cfg = service_config(bootstrap, workdir / "state", seed=seed if record_time else None,
+                         kafka={"topic_partitions": partitions, "max_poll_records": 25, **rec_kafka},
+                         stream={"allowed_lateness": f"{STEP}s", **rec_stream},
                          release={"decision": decision},
                          privacy={"horizon": timesteps, "cutoff": timesteps if decision == "uniform" else 10})
     config_path = write_config(cfg, workdir / "config.yaml")
@@ -561,11 +584,18 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
 
         p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks="all")
         try:
-            for msgs in chunks:
+            for t, msgs in enumerate(chunks):
+                stamp = int((T0 + STEP * (t + 1)) * 1000) - 1 if record_time else None
                 for m in msgs:
-                    p.send(k.input_topic, value=m, partition=int(rng.integers(0, partitions)))
+                    p.send(k.input_topic, value=m, partition=int(rng.integers(0, partitions)), timestamp_ms=stamp)
                 p.flush()
                 time.sleep(pace)
+            if record_time:  # heartbeats: every partition shows a record time past the last deadline
+                beat = json.dumps(event("heartbeat", timesteps + 3)).encode()
+                for part in range(partitions):
+                    p.send(k.input_topic, value=beat, partition=part,
+                           timestamp_ms=int((T0 + STEP * timesteps + STEP + 1) * 1000))  # past D(last) = its end + lateness
+                p.flush()
         finally:
             p.close()
 
@@ -622,10 +652,44 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
         if own_zygote:
             zygote.close()
     violations, facts = check_published(bootstrap, cfg, injected=injected, dead=bad, timesteps=timesteps)
+    if record_time:
+        facts["replay_equal"] = _equals_replay(bootstrap, cfg, chunks, workdir, timesteps)
+        if not facts["replay_equal"]:
+            violations.append("record-time releases differ from the offline replay with arrival times")
     if status != 0:
         violations.append(f"the final run exited with {status}, not 0 after SIGTERM")
     text = "\n".join(p.read_text(errors="replace") for p in logs if p.exists())
     return CrashOutcome(violations, facts, runs, text)
+
+
+def _equals_replay(bootstrap: str, cfg: dict[str, Any], chunks: list[list[bytes]], workdir: Path,
+                   timesteps: int) -> bool:
+    """The published releases equal an offline replay of the same events with their arrival times."""
+    import csv
+
+    from stream.lab.replay import replay
+
+    path = workdir / "arrivals.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["user_id", "event_time", "arrival", "age", "sex"])
+        for t, msgs in enumerate(chunks):
+            arrival = T0 + STEP * (t + 1) - 0.001
+            for m in msgs:
+                try:
+                    doc = json.loads(m)
+                except ValueError:
+                    continue  # a malformed message: dead-lettered, no part of any release
+                for e in doc if isinstance(doc, list) else [doc]:
+                    w.writerow([e["user_id"], repr(e["event_time"]), repr(arrival), e["attributes"]["age"],
+                                e["attributes"]["sex"]])
+    settings = settings_from({**cfg, "schema": {**cfg["schema"], "arrival_time": "arrival"}})
+    out = workdir / "replay.jsonl"
+    replay(settings, path, out)
+    offline = {json.loads(line)["timestep"]["index"]: line for line in out.read_bytes().splitlines()[1:]}
+    published = {json.loads(v)["timestep"]["index"]: v
+                 for v in dedupe_by_release_id(read_all(bootstrap, cfg["kafka"]["output_topic"])).values()}
+    return sorted(offline) == list(range(timesteps)) and offline == published
 
 
 if __name__ == "__main__":  # pragma: no cover

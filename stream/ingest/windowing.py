@@ -83,7 +83,7 @@ class Grid:
             s.timestep,
             s.allowed_lateness.total_seconds(),
             s.max_future.total_seconds(),
-            s.idle_timeout.total_seconds(),
+            30.0 if s.idle_timeout is None else s.idle_timeout.total_seconds(),  # legacy rule only
             None if s.start is None else s.start.timestamp(),
         )
 

@@ -58,8 +58,12 @@ def small_settings(seed: int | None = 1, **sections: Any) -> Any:
     """
     from stream.config import load_settings
 
+    # run_in_memory runs the legacy watermark rule (its source carries no record times): these
+    # settings opt into it explicitly unless the caller chooses a record-time mode
+    legacy = (sections.get("kafka") or {}).get("record_time", "watermark") == "watermark"
     base: dict[str, Any] = {
         "stream": {"id": "t", "timestep": "60s"},
+        **({"kafka": {"record_time": "watermark", "allow_data_dependent_inclusion": True}} if legacy else {}),
         "schema": {"attributes": SMALL_ATTRIBUTES},
         "privacy": {"unit": "user-level", "epsilon": 1, "horizon": 50, "cutoff": 10, "population": 100},
         "release": {"decision": "uniform"},
