@@ -65,7 +65,8 @@ def _send(bootstrap: str, topic: str, items: list[tuple[dict, float]], *, transa
 def _run(bootstrap, tmp_path, items, *, mode, transactional=False):
     start = items[0][1] // STEP * STEP if items else _start()
     cfg = service_config(bootstrap, tmp_path, seed=3,
-                         stream={"start": int(start), "allowed_lateness": "10s", "max_future": "120s"},
+                         stream={"start": int(start), "allowed_lateness": "10s", "max_future": "120s",
+                                 **({} if mode == "watermark" else {"clock_skew": "5s"})},
                          kafka={"record_time": mode, "topic_partitions": 1})
     s = settings_from(cfg)
     # the input is written before the service starts: its stamps lie minutes in the past, and a
