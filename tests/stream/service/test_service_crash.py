@@ -15,9 +15,11 @@ import os
 import signal
 
 import pytest
+import yaml
 
 from stream.service.loop import FAILPOINTS
 from tests.kafka_harness import (  # noqa: F401
+    T0,
     broker,
     check_published,
     crash_scenario,
@@ -136,3 +138,10 @@ def test_record_time_restarts_give_the_releases_of_an_uninterrupted_replay(broke
     assert out.violations == [], (out.violations, out.facts, out.runs)
     assert out.facts["replay_equal"] and out.facts["distinct_timesteps"] == 12
     assert out.facts["late"] == 0, out.facts  # honest stamps: nobody's event pushed out of its timestep
+    # the journal carries each partition's record-time progress (restored at start-up)
+    from stream.service.journal import Journal
+
+    cfg = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    with Journal.open(cfg["service"]["state_dir"], cfg["stream"]["id"]) as j:
+        progress = list(j.checkpoints_on_disk())[-1].windowing["record_times"]
+    assert sorted(progress) == ["0", "1"] and min(progress.values()) > T0 + 60 * 12  # past the heartbeats
