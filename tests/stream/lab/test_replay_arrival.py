@@ -83,3 +83,21 @@ def test_late_by_its_own_arrival_time_and_unsorted_files_are_refused(tmp_path):
     bad.write_text(f"user_id,event_time,arrival,age,sex\na,{T0 + 5},{T0 + 9},30,M\nb,{T0 + 5},{T0 + 8},30,M\n")
     with pytest.raises(CsvError, match="sort the file"):
         replay(S, bad, None)
+
+
+def test_the_in_memory_service_loop_follows_record_times_like_replay(tmp_path):
+    """run_in_memory with record-time settings (the default mode) and each message's record time:
+    byte-identical releases to replay with the arrival column; without record times it refuses."""
+    from stream.service.testing import MemorySource, payloads, run_in_memory
+
+    rec = small_settings(seed=7, stream={"timestep": "15m", "allowed_lateness": "2m", "max_future": "10m",
+                                         "start": "2026-01-01T00:00:00Z"},
+                         kafka={"record_time": "trusted-create-time"})
+    rows = sorted([*BASE, FAST, ("b", T0 + 20, T0 + 900 + 121, 30, "M")], key=lambda e: e[2])  # b: late
+    events = [{"user_id": u, "event_time": t, "attributes": {"age": a, "sex": x}} for u, t, _, a, x in rows]
+    res = run_in_memory(rec, MemorySource(payloads(events), max_records=97, record_times=[r[2] for r in rows]))
+    offline, summary = _releases(S, _write(tmp_path / "d.csv", rows), tmp_path, "d")
+    assert [r.payload for r in res.releases] == offline[1:]
+    assert summary.late == 1 and sum(1 for r in res.rejections if r.late) == 1
+    with pytest.raises(ValueError, match="record_times"):
+        run_in_memory(rec, MemorySource(payloads(events)))
