@@ -78,10 +78,12 @@ def test_seeded_replay_is_reproducible_and_equals_the_service_loop(files, tmp_pa
     assert run(["replay", "--config", cfg, "--input", inp, "--output", b, "--seed", 9], capsys)[0] == 0
     assert a.read_bytes() == b.read_bytes()
     # the service's loop on JSON payloads of the same events (plus the same bad ones) writes the same releases
-    settings = load_settings(cfg, randomness={"seed": 9, "allow_seeded_noise": True})
+    settings = load_settings(cfg, randomness={"seed": 9, "allow_seeded_noise": True},
+                             kafka={"record_time": "watermark", "allow_data_dependent_inclusion": True})
     bad = [{"person": "bad", "ts": "abc", "attributes": {"age": 30, "sex": "M"}},
            {"person": "p1", "ts": 100, "attributes": {"age": 300, "sex": "M"}}]
-    # (the in-memory loop runs the legacy watermark rule: the out-of-order row goes first so it counts
+    # (the in-memory loop runs the legacy watermark rule here, opted into: the file has no arrival
+    # times and no stream.start; the out-of-order row goes first so it counts
     # there too, as it does in replay where the whole file is known)
     msgs = payloads([{"person": "late", "ts": 1.5, "attributes": {"age": 30, "sex": "F"}}]
                     + ev[:4] + bad[:1] + ev[4:7] + bad[1:] + ev[7:], per_message=25)
