@@ -82,7 +82,9 @@ def config(bootstrap: str, state: str, *, attributes: list[dict[str, Any]] | Non
         "release": {"decision": "dsat"},
         "kafka": {"bootstrap_servers": bootstrap, "input_topic": f"{tag}.in", "output_topic": f"{tag}.out",
                   "dead_letter_topic": f"{tag}.dead", "late_topic": f"{tag}.late", "state_topic": f"{tag}.state",
-                  "group_id": f"{tag}.g", "max_poll_records": 5000},
+                  "group_id": f"{tag}.g", "max_poll_records": 5000,
+                  # events dated 2024, stamped today: the legacy watermark rule, explicitly opted into
+                  "record_time": "watermark", "allow_data_dependent_inclusion": True},
         "service": {"state_dir": state, "http_port": 0, "commit_interval": "1s", "poll_timeout": "50ms",
                     "log_level": "WARNING", "max_events_per_message": 1000},
     }

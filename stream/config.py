@@ -109,7 +109,9 @@ class StreamSection(_Section):
     id: str = Field(default="dpstream", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     timestep: Duration = timedelta(hours=1)
     allowed_lateness: Duration = timedelta(0)
-    idle_timeout: Duration = timedelta(seconds=30)
+    #: Legacy ``kafka.record_time: watermark`` only (unset there means 30s); refused by the
+    #: record-time modes, which never seal on a quiet gap (it is other people's data).
+    idle_timeout: Duration | None = None
     max_future: Duration = timedelta(days=1)
     origin: Instant = datetime(1970, 1, 1, tzinfo=UTC)
     start: Instant | None = None
@@ -135,8 +137,8 @@ class StreamSection(_Section):
 
     @field_validator("idle_timeout")
     @classmethod
-    def _positive_idle(cls, v: timedelta) -> timedelta:
-        if v <= timedelta(0):
+    def _positive_idle(cls, v: timedelta | None) -> timedelta | None:
+        if v is not None and v <= timedelta(0):
             raise ValueError("stream.idle_timeout must be > 0")
         return v
 
@@ -289,8 +291,13 @@ class KafkaSection(_Section):
     #: cannot confirm it). ``trusted-create-time``: the producer's record timestamp, for producers
     #: the operator controls (a producer that lies about time can then only misfile its own
     #: events). ``watermark``: the legacy rule (largest event time − allowed_lateness, idle
-    #: sealing), whose inclusion depends on other people's events: not covered by the proof.
-    record_time: Literal["watermark", "log-append-time", "trusted-create-time"] = "watermark"
+    #: sealing), whose inclusion depends on other people's events: NOT covered by the privacy
+    #: proof, refused unless ``allow_data_dependent_inclusion: true``. Default ``log-append-time``.
+    record_time: Literal["watermark", "log-append-time", "trusted-create-time"] = "log-append-time"
+    #: The explicit opt-out that ``record_time: watermark`` needs (validation refuses it otherwise):
+    #: the operator confirms that which events count may then depend on other people's events,
+    #: so the per-timestep sensitivity the proofs assume does not hold (``docs/privacy.md`` §1).
+    allow_data_dependent_inclusion: bool = False
     output_topic: str = "dpstream.releases"
     dead_letter_topic: str = "dpstream.dead-letters"
     late_topic: str = "dpstream.late"
@@ -373,6 +380,37 @@ class Settings(BaseSettings):
         if settings_cls.model_config.get("yaml_file"):
             sources.append(YamlConfigSettingsSource(settings_cls))
         return tuple(sources)
+
+    @model_validator(mode="after")
+    def _inclusion_rules(self) -> Settings:
+        """Refuse combinations ``docs/privacy.md`` §1.1's proof does not cover, saying what to set."""
+        k, st = self.kafka, self.stream
+        if k.record_time == "watermark":
+            if not k.allow_data_dependent_inclusion:
+                raise ValueError(
+                    "kafka.record_time: watermark decides which events count from other people's events (the "
+                    "largest event time seen, idle gaps), so one person can move others' events out of their "
+                    "timestep and the per-timestep sensitivity the privacy proof assumes does not hold. Use "
+                    "kafka.record_time: log-append-time (or trusted-create-time for producers you control); to "
+                    "run the legacy rule anyway, outside the proof, also set "
+                    "kafka.allow_data_dependent_inclusion: true")
+            return self
+        if k.allow_data_dependent_inclusion:
+            raise ValueError(
+                f"kafka.allow_data_dependent_inclusion is set but kafka.record_time is {k.record_time}, which "
+                "never uses it: remove the setting")
+        if st.idle_timeout is not None:
+            raise ValueError(
+                f"stream.idle_timeout seals timesteps when no event came for a while, i.e. from other people's "
+                f"events; kafka.record_time: {k.record_time} decides from each event's own record time and "
+                "never uses it. Remove stream.idle_timeout: a quiet partition is complete once it is read to its "
+                "end and the wall clock is past the deadline plus stream.clock_skew")
+        if st.clock_skew <= timedelta(0):
+            raise ValueError(
+                "stream.clock_skew must be > 0 with record-time inclusion: it is how far the broker's clock may "
+                "lag the wall clock before a quiet partition counts as complete; 0 sends honest events stamped a "
+                "moment late to the late topic. Set it to the broker's worst clock lag (e.g. 5s)")
+        return self
 
     # -- derived objects (validated once, here) ---------------------------------
     @property

@@ -269,15 +269,19 @@ class ReleasePipeline:
 
     # -- input --------------------------------------------------------------------
     def offer(self, batch: EventBatch, *, now: float | datetime | None = None,
-              record_time: np.ndarray | None = None) -> Rejections:
+              record_time: np.ndarray | None = None, whole_input: bool = False) -> Rejections:
         """Validate and window a batch; returns the rejected rows (dead letters and late).
 
         ``record_time`` (float seconds, one per row of ``batch``: each event's own Kafka record
         timestamp or CSV arrival time) selects the data-independent rule
         (:meth:`stream.ingest.windowing.Windower.offer_recorded`, ``docs/privacy.md`` §1.1):
         inclusion depends on each event's own fields only, and ``now`` is ignored.
-        Without it the legacy watermark rule applies: ``now`` (wall clock, seconds or
-        datetime) bounds the far future by the clock and arms the idle timer.
+        ``whole_input`` (offline input read whole, no arrival times): every event counts in
+        its event-time timestep (:meth:`stream.ingest.windowing.Windower.offer_whole`); seal
+        only at the end (``seal(final=True)``).
+        Without either, the legacy watermark rule applies (``kafka.record_time: watermark``,
+        not covered by ``docs/privacy.md`` §1.1): ``now`` (wall clock, seconds or datetime)
+        bounds the far future by the clock and arms the idle timer.
         """
         valid, rejected = validate_batch(batch, self.domain, max_user_id_chars=self.max_user_id_chars)
         if record_time is not None:
@@ -285,6 +289,8 @@ class ReleasePipeline:
             if rec.shape != (len(batch),):
                 raise ValueError(f"{rec.size} record times for a batch of {len(batch)} events")
             status = self.window.offer_recorded(valid, rec[valid.position])
+        elif whole_input:
+            status = self.window.offer_whole(valid)
         else:
             status = self.window.offer(valid, now=_seconds(now))
         bad = np.flatnonzero(status != ACCEPTED)

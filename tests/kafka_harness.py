@@ -73,16 +73,67 @@ def kafka_section(bootstrap: str, **overrides: Any) -> dict[str, Any]:
     return section
 
 
+_LAST_STAMP: dict[tuple[str, int | None], float] = {}
+WALL = "wall"  # produce(stamp=WALL): the producer's own clock (kafka-python's default timestamp)
+
+
+def _earliest_event_time(value: bytes) -> float | None:
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return None
+    times = []
+    for e in doc if isinstance(doc, list) else [doc]:
+        t = e.get("event_time") if isinstance(e, dict) else None
+        if isinstance(t, int | float) and not isinstance(t, bool) and T0 - 86_400 <= t <= T0 + 10 * 86_400:
+            times.append(float(t))
+    return min(times) if times else None
+
+
 def produce(bootstrap: str, topic: str, values: list[bytes], *, partitions: int | None = None,
-            key: bytes | None = None) -> None:
-    """Plain (non-transactional) producer for test input."""
+            key: bytes | None = None, stamp: float | str | None = None) -> None:
+    """Plain (non-transactional) producer for test input, playing the broker's LogAppendTime clock.
+
+    The embedded broker ignores ``message.timestamp.type=LogAppendTime`` (records keep the
+    producer's timestamp), so the harness stamps each record as a broker whose clock runs at
+    the test data's pace would: the message's earliest event time (dated 2024, see :data:`T0`),
+    never earlier than the partition's previous stamp (monotone per partition, as LogAppendTime
+    is); a message without a usable event time gets the partition's previous stamp (or T0).
+    ``stamp`` overrides it for every record of the call (seconds), or :data:`WALL` for the
+    producer's own clock. The service tests run ``kafka.record_time: trusted-create-time`` with
+    a ``stream.clock_skew`` wider than the gap between 2024 and the wall clock, so only these
+    stamps complete timesteps; :func:`heartbeat` moves every partition past the last deadline.
+    """
     p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
     try:
         for i, v in enumerate(values):
-            p.send(topic, value=v, key=key, partition=None if partitions is None else i % partitions)
+            part = None if partitions is None else i % partitions
+            ts_ms = None
+            if stamp != WALL:
+                slot = (topic, part)
+                if stamp is not None:
+                    r = float(stamp)  # type: ignore[arg-type]
+                else:
+                    r = _earliest_event_time(v) or _LAST_STAMP.get(slot, float(T0))
+                r = max(r, _LAST_STAMP.get(slot, r))
+                _LAST_STAMP[slot] = r
+                ts_ms = int(r * 1000)
+            p.send(topic, value=v, key=key, partition=part, timestamp_ms=ts_ms)
         p.flush()
     finally:
         p.close()
+
+
+def heartbeat(bootstrap: str, topic: str, timesteps: int, *, partitions: int | None = None,
+              lateness: float = 0.0, event_timestep: int | None = None) -> None:
+    """Show every partition past the deadline of timestep ``timesteps − 1``: one event per partition
+    stamped one second after it (end + ``lateness``), in a later timestep that never completes —
+    what a live topic's next records do. Counts one consumed and accepted event per partition."""
+    r = T0 + STEP * timesteps + lateness + 1
+    t = r if event_timestep is None else T0 + STEP * event_timestep + 1  # a timestep no test looks at
+    beat = json.dumps({"user_id": "heartbeat", "event_time": t, "attributes": {"age": 1, "sex": "F"}}).encode()
+    n = partitions or 1
+    produce(bootstrap, topic, [beat] * n, partitions=partitions, stamp=r)
 
 
 def read_all(bootstrap: str, topic: str, *, isolation_level: str = "read_uncommitted",
@@ -127,6 +178,8 @@ def json_values(records: list[Any]) -> list[dict[str, Any]]:
 
 T0 = 1_704_067_200  # 2024-01-01T00:00:00Z: event times are in the past, never "far future"
 STEP = 60
+#: stream.clock_skew for the record-time tests: wider than the gap between T0 and the wall clock
+RECORD_SKEW = f"{int(time.time() - T0) + 30 * 86_400}s"
 
 
 def service_config(bootstrap: str, state_dir: Path, *, stream_id: str | None = None, seed: int | None = None,
@@ -134,13 +187,22 @@ def service_config(bootstrap: str, state_dir: Path, *, stream_id: str | None = N
     """A complete config (dict) for the small test domain, with fast timeouts."""
     from stream.service.testing import SMALL_ATTRIBUTES
 
+    # Which clock decides inclusion: record time (trusted-create-time: the harness's produce()
+    # stamps records as the broker would, see there) with a clock_skew wider than the gap between
+    # the 2024 test data and the wall clock, so only record-time progress completes timesteps.
+    # kafka={"record_time": "watermark"} runs the legacy rule, explicitly opted into (outside the
+    # privacy proof): the tests of that mode only.
+    kafka = dict(kafka or {})
+    legacy = kafka.setdefault("record_time", "trusted-create-time") == "watermark"
+    if legacy:
+        kafka.setdefault("allow_data_dependent_inclusion", True)
     cfg: dict[str, Any] = {
-        "stream": {"id": stream_id or unique("s"), "timestep": f"{STEP}s", "idle_timeout": "1s",
-                   "start": T0},
+        "stream": {"id": stream_id or unique("s"), "timestep": f"{STEP}s", "start": T0,
+                   **({"idle_timeout": "1s"} if legacy else {"clock_skew": RECORD_SKEW})},
         "schema": {"attributes": SMALL_ATTRIBUTES},
         "privacy": {"unit": "user-level", "epsilon": 1, "horizon": 100, "cutoff": 100, "population": 100},
         "release": {"decision": "uniform"},
-        "kafka": kafka_section(bootstrap, **(kafka or {})),
+        "kafka": kafka_section(bootstrap, **kafka),
         "service": {"state_dir": str(state_dir), "http_port": 0, "commit_interval": "200ms",
                     "poll_timeout": "50ms", "log_level": "INFO"},
     }
@@ -528,7 +590,8 @@ def synthetic_input(rng: Any, timesteps: int, per_timestep: int, *, bad_every: i
 def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: int,
                    failpoints: list[tuple[str, int]], broken: bool = False, timesteps: int = 100,
                    per_timestep: int = 100, pace: float = 0.25, partitions: int = 2,
-                   decision: str = "uniform", terms: int = 0, zygote: Zygote | None = None) -> CrashOutcome:
+                   decision: str = "uniform", terms: int = 0, zygote: Zygote | None = None,
+                   record_time: bool = True, seeded: bool = False) -> CrashOutcome:
     """Run the service through kill -9s and failpoint crashes while input arrives; then check.
 
     The input (``timesteps`` × ``per_timestep`` events, plus dead letters) is
@@ -536,6 +599,16 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
     the service is started, killed and restarted per the shuffled schedule.
     A last run (no faults) drains the input; it is stopped with SIGTERM
     once every timestep has a release.
+
+    ``record_time`` (default): the service runs ``kafka.record_time: trusted-create-time`` and the feeder plays the broker's LogAppendTime clock (the embedded broker ignores it): every
+    record of timestep ``t`` is stamped just before that timestep's end, monotone per partition;
+    after the input, one heartbeat event per partition stamped past the last deadline (its own
+    event time lies in a later, never-complete timestep) shows every partition past the end.
+    ``stream.clock_skew`` is set larger than the gap between the simulated 2024 clock and the wall
+    clock, so only record-time progress completes timesteps: what each holds is then fixed by
+    the input alone. With ``seeded`` the releases must equal an offline replay with the arrival
+    times and the same seed (``CrashOutcome.facts["replay_equal"]``); unseeded (the default) a
+    redraw after a crash shows as two distinct payloads for one timestep.
     """
     import signal
     import threading
@@ -547,8 +620,11 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
 
     rng = np.random.default_rng(seed)  # test data and kill times only; never release noise
     workdir.mkdir(parents=True, exist_ok=True)
-    cfg = service_config(bootstrap, workdir / "state", kafka={"topic_partitions": partitions, "max_poll_records": 25},
-                         stream={"allowed_lateness": f"{STEP}s"},
+    rec_kafka = {} if record_time else {"record_time": "watermark"}
+    rec_stream = {} if record_time else {"idle_timeout": "1s"}
+    cfg = service_config(bootstrap, workdir / "state", seed=seed if seeded else None,
+                         kafka={"topic_partitions": partitions, "max_poll_records": 25, **rec_kafka},
+                         stream={"allowed_lateness": f"{STEP}s", **rec_stream},
                          release={"decision": decision},
                          privacy={"horizon": timesteps, "cutoff": timesteps if decision == "uniform" else 10})
     config_path = write_config(cfg, workdir / "config.yaml")
@@ -561,11 +637,18 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
 
         p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks="all")
         try:
-            for msgs in chunks:
+            for t, msgs in enumerate(chunks):
+                stamp = int((T0 + STEP * (t + 1)) * 1000) - 1 if record_time else None
                 for m in msgs:
-                    p.send(k.input_topic, value=m, partition=int(rng.integers(0, partitions)))
+                    p.send(k.input_topic, value=m, partition=int(rng.integers(0, partitions)), timestamp_ms=stamp)
                 p.flush()
                 time.sleep(pace)
+            if record_time:  # heartbeats: every partition shows a record time past the last deadline
+                beat = json.dumps(event("heartbeat", timesteps + 3)).encode()
+                for part in range(partitions):
+                    p.send(k.input_topic, value=beat, partition=part,
+                           timestamp_ms=int((T0 + STEP * timesteps + STEP + 1) * 1000))  # past D(last) = its end + lateness
+                p.flush()
         finally:
             p.close()
 
@@ -622,10 +705,44 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
         if own_zygote:
             zygote.close()
     violations, facts = check_published(bootstrap, cfg, injected=injected, dead=bad, timesteps=timesteps)
+    if record_time and seeded:
+        facts["replay_equal"] = _equals_replay(bootstrap, cfg, chunks, workdir, timesteps)
+        if not facts["replay_equal"]:
+            violations.append("record-time releases differ from the offline replay with arrival times")
     if status != 0:
         violations.append(f"the final run exited with {status}, not 0 after SIGTERM")
     text = "\n".join(p.read_text(errors="replace") for p in logs if p.exists())
     return CrashOutcome(violations, facts, runs, text)
+
+
+def _equals_replay(bootstrap: str, cfg: dict[str, Any], chunks: list[list[bytes]], workdir: Path,
+                   timesteps: int) -> bool:
+    """The published releases equal an offline replay of the same events with their arrival times."""
+    import csv
+
+    from stream.lab.replay import replay
+
+    path = workdir / "arrivals.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["user_id", "event_time", "arrival", "age", "sex"])
+        for t, msgs in enumerate(chunks):
+            arrival = T0 + STEP * (t + 1) - 0.001
+            for m in msgs:
+                try:
+                    doc = json.loads(m)
+                except ValueError:
+                    continue  # a malformed message: dead-lettered, no part of any release
+                for e in doc if isinstance(doc, list) else [doc]:
+                    w.writerow([e["user_id"], repr(e["event_time"]), repr(arrival), e["attributes"]["age"],
+                                e["attributes"]["sex"]])
+    settings = settings_from({**cfg, "schema": {**cfg["schema"], "arrival_time": "arrival"}})
+    out = workdir / "replay.jsonl"
+    replay(settings, path, out)
+    offline = {json.loads(line)["timestep"]["index"]: line for line in out.read_bytes().splitlines()[1:]}
+    published = {json.loads(v)["timestep"]["index"]: v
+                 for v in dedupe_by_release_id(read_all(bootstrap, cfg["kafka"]["output_topic"])).values()}
+    return sorted(offline) == list(range(timesteps)) and offline == published
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -58,15 +59,22 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 def demo_config(bootstrap: str, state_dir: str, *, grid: int, objects: int, timestep: str,
                 http_port: int) -> dict[str, Any]:
     """The demo's configuration: w-event privacy (the budget renews: fine for an endless stream), DSAT."""
+    from stream.config import parse_duration
+
+    step = parse_duration(timestep).total_seconds()
+    # the demo's generator is the operator's own producer stamping the wall clock: its CreateTime is
+    # trusted (the embedded broker cannot stamp LogAppendTime); the first timestep is public: now's
     return {
-        "stream": {"id": f"demo-{uuid.uuid4().hex[:8]}", "timestep": timestep, "idle_timeout": "5s"},
+        "stream": {"id": f"demo-{uuid.uuid4().hex[:8]}", "timestep": timestep,
+                   "start": math.floor(time.time() / step) * step, "clock_skew": "1s"},
         "schema": {"attributes": [
             {"name": "x", "kind": "numeric", "min": 0, "max": grid, "bins": grid, "out_of_range": "clip"},
             {"name": "y", "kind": "numeric", "min": 0, "max": grid, "bins": grid, "out_of_range": "clip"},
         ]},
         "privacy": {"unit": "w-event", "epsilon": 1, "w": 10, "cutoff": 3, "population": objects},
         "release": {"decision": "dsat", "mechanism": "lpa"},
-        "kafka": {"bootstrap_servers": bootstrap, "max_poll_interval_ms": 3000, "session_timeout_ms": 6000,
+        "kafka": {"bootstrap_servers": bootstrap, "record_time": "trusted-create-time",
+                  "max_poll_interval_ms": 3000, "session_timeout_ms": 6000,
                   "heartbeat_interval_ms": 1000},
         "service": {"state_dir": state_dir, "http_port": http_port, "log_level": "WARNING"},
     }

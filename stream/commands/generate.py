@@ -65,6 +65,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--counts", action="store_true", help="also write DIR/counts.csv (true histogram per timestep)")
     p.add_argument("--counts-only", action="store_true",
                    help="write DIR/counts.csv and DIR/config.yaml but no events (large populations)")
+    p.add_argument("--arrival-delay", type=float, default=None, metavar="SECONDS",
+                   help="add an arrival_time column: event time + a seeded log-normal delivery delay with this "
+                        "median (rows in arrival order; config.yaml sets schema.arrival_time and allowed_lateness "
+                        "at the 99.9th percentile), so replay/evaluate follow the service's per-event rule")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: only on a terminal)")
     p.set_defaults(func=run, handler=run)
@@ -104,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             counts=args.counts or args.counts_only,
             events=not args.counts_only,
             progress=bar.update if bar is not None else None,
+            arrival_delay=args.arrival_delay,
         )
     except ValueError as exc:
         print(f"dpstream generate: error: {exc}", file=sys.stderr)

@@ -34,6 +34,7 @@ entries have ``null`` ε (they are not private).
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -412,8 +413,9 @@ def load_truth(
 
     Events go through the service's own code: the CSV reader
     (:mod:`stream.ingest.csvio`), row validation (:func:`stream.ingest.events.validate_batch`),
-    the windower (:class:`stream.ingest.windowing.Windower`: grid, watermark,
-    lateness, final flush as in replay) and contribution bounding
+    the windower (:class:`stream.ingest.windowing.Windower`: the same inclusion
+    rule as replay — arrival times when ``schema.arrival_time`` is set, else every
+    event in its event-time timestep) and contribution bounding
     (:meth:`stream.ingest.windowing.TimestepData.counts`). A counts file is read
     with the counts reader and taken as already aggregated and bounded.
 
@@ -447,8 +449,10 @@ def _load_events(settings: Settings, path: Path, *, strict: bool, progress: bool
     report = InputReport("events", str(path))
     hists: list[np.ndarray] = []
 
+    frontier = -math.inf  # record-time progress (schema.arrival_time), as replay
+
     def seal(final: bool) -> None:
-        for cell in window.sealable(final=final):
+        for cell in window.complete(frontier, final=final):
             data = window.take(cell)
             counts = data.counts(bins, settings.privacy.contribution_bound)
             report.bounded_out += len(data) - int(counts.sum())
@@ -473,9 +477,15 @@ def _load_events(settings: Settings, path: Path, *, strict: bool, progress: bool
                 if bar is not None:
                     bar.update(len(block.batch) + len(block.rejections))
                 report.rows += len(block.batch) + len(block.rejections)
-                rejected = pipe.offer(block.batch) if len(block.batch) else Rejections.empty()
+                # the replay rule: arrival times decide per event; without them the whole file is
+                # known and every event counts in its event-time timestep (docs/privacy.md §1.1)
+                arrival = block.arrival
+                rejected = (pipe.offer(block.batch, record_time=arrival, whole_input=arrival is None)
+                            if len(block.batch) else Rejections.empty())
                 note(Rejections.concat([block.rejections, rejected]) if len(rejected) else block.rejections)
-                seal(final=False)
+                if arrival is not None and arrival.size:
+                    frontier = float(arrival[-1])
+                    seal(final=False)
             seal(final=True)
         finally:
             if bar is not None:

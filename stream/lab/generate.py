@@ -372,6 +372,7 @@ def generate(
     events: bool = True,
     chunk_rows: int = 1_000_000,
     progress: Callable[[int], None] | None = None,
+    arrival_delay: float | None = None,
 ) -> GenerateReport:
     """Write ``out/events.csv`` and ``out/config.yaml`` (and ``out/counts.csv`` if ``counts``).
 
@@ -386,9 +387,18 @@ def generate(
     over the horizon N for census, w-event (w = one day of timesteps unless
     given) for traffic.
 
+    ``arrival_delay`` (seconds, the median delivery delay) adds an ``arrival_time`` column: each
+    event's arrival is its event time plus a seeded log-normal delay (median ``arrival_delay``,
+    σ = 1: most events arrive within seconds, a long tail minutes later), rows are written in
+    arrival order, and the config sets ``schema.arrival_time`` with ``stream.allowed_lateness``
+    at the model's 99.9th percentile (about 22 × the median), so replay and evaluate follow the
+    service's per-event rule (``docs/privacy.md`` §1.1) and about 0.1% of events are late.
+
     Raises:
         ValueError: a parameter is out of range.
     """
+    if arrival_delay is not None and not (0 < arrival_delay <= 86_400):
+        raise ValueError(f"--arrival-delay must lie in (0, 86400] seconds, got {arrival_delay}")
     if kind not in ("census", "traffic"):
         raise ValueError(f"unknown dataset {kind!r}: choose census or traffic")
     if timesteps < 1:
@@ -426,6 +436,9 @@ def generate(
         kind, attrs, timesteps=timesteps, population=population, step_seconds=step_s, start=start,
         epsilon=epsilon, threshold=threshold, w=w, cutoff=cutoff,
     )
+    if arrival_delay is not None:
+        config["schema"]["arrival_time"] = "arrival_time"
+        config["stream"]["allowed_lateness"] = f"{math.ceil(arrival_delay * math.exp(3.0902))}s"
     _validate_config(config)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -434,7 +447,21 @@ def generate(
     jitter = np.random.default_rng([seed, 0x71DE])
     t0 = int(start.timestamp())
     events_path = out_dir / "events.csv"
-    sink = _CsvSink(events_path, ["person_id", "event_time", *header_attrs]) if events else None
+    with_arrival = arrival_delay is not None
+    sink = (_CsvSink(events_path, ["person_id", "event_time", *(["arrival_time"] if with_arrival else []),
+                                   *header_attrs]) if events else None)
+    delay_rng = np.random.default_rng([seed, 0xA881])  # the delivery-delay model's own stream
+    pending: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # rows not yet due
+
+    def write_rows(ids: np.ndarray, times: np.ndarray, arrival: np.ndarray | None, codes: np.ndarray) -> None:
+        cols: list[Any] = [ids, _format_times(times, time_format)]
+        if arrival is not None:
+            cols.append(np.round(arrival, 3) if time_format == "epoch"
+                        else _format_times(np.floor(arrival).astype(np.int64), time_format))
+        for j, a in enumerate(attrs):
+            c = codes[:, j]
+            cols.append(c if a["kind"] == "numeric" else (c, [str(v) for v in a["values"]]))
+        sink.write(cols)  # type: ignore[union-attr]
     counts_path = out_dir / "counts.csv" if counts else None
     counts_fh = open(counts_path, "wb") if counts_path else None  # noqa: SIM115
     rows = 0
@@ -447,17 +474,30 @@ def generate(
                 flat = np.ravel_multi_index(tuple(chunk.codes.T), shape)
                 hist = np.bincount(flat, minlength=bins)
                 counts_fh.write((f"{chunk.timestep}," + ",".join(map(str, hist.tolist())) + "\n").encode())
-            for lo in range(0, n if sink is not None else 0, chunk_rows):
+            if sink is not None and with_arrival:
+                # arrival order: rows due before the next timestep's first possible arrival are
+                # written now (sorted), the rest wait for the next chunk
+                times = t0 + chunk.timestep * step_s + jitter.integers(0, step_s, n)
+                arrival = times + delay_rng.lognormal(math.log(arrival_delay), 1.0, n)  # type: ignore[arg-type]
+                rows_ = (chunk.ids, times, arrival, chunk.codes)
+                if pending is not None:
+                    rows_ = tuple(np.concatenate([a, b]) for a, b in zip(pending, rows_, strict=True))  # type: ignore[assignment]
+                order = np.argsort(rows_[2], kind="stable")
+                rows_ = tuple(a[order] for a in rows_)  # type: ignore[assignment]
+                cut = int(np.searchsorted(rows_[2], t0 + (chunk.timestep + 1) * step_s, side="left"))
+                for lo in range(0, cut, chunk_rows):
+                    hi = min(cut, lo + chunk_rows)
+                    write_rows(*(a[lo:hi] for a in rows_))
+                pending = tuple(a[cut:] for a in rows_)  # type: ignore[assignment]
+            for lo in range(0, n if sink is not None and not with_arrival else 0, chunk_rows):
                 hi = min(n, lo + chunk_rows)
                 times = t0 + chunk.timestep * step_s + jitter.integers(0, step_s, hi - lo)
-                cols: list[Any] = [chunk.ids[lo:hi], _format_times(times, time_format)]
-                for j, a in enumerate(attrs):
-                    c = chunk.codes[lo:hi, j]
-                    cols.append(c if a["kind"] == "numeric" else (c, [str(v) for v in a["values"]]))
-                sink.write(cols)  # type: ignore[union-attr]
+                write_rows(chunk.ids[lo:hi], times, None, chunk.codes[lo:hi])
             rows += n
             if progress:
                 progress(1)
+        if sink is not None and pending is not None and pending[0].size:
+            write_rows(*pending)
     finally:
         if sink is not None:
             sink.close()

@@ -4,10 +4,12 @@
 message``. The pipeline is the one the Kafka service runs (same validation,
 windowing, contribution bounding, ``Engine.step``, noise keys and message
 bytes), so a seeded replay and the seeded service write identical releases.
-Replay passes no wall clock: nothing is sealed by the idle rule and the far
-future is measured from the largest event time only; at the end of the input
-every open timestep is sealed (the service reaches the same state through
-its idle timeout).
+Which events count (``docs/privacy.md`` §1.1): with ``schema.arrival_time``
+each row's arrival time is its record time and the service's per-event rule
+is followed exactly (rows in arrival order); without it the whole file is
+known, so every event counts in the timestep of its event time (only
+``before_start`` is rejected) and the timesteps are sealed at the end of the
+input. No wall clock is used either way.
 
 Output (JSON Lines): the stream's domain message first (``message_type:
 "domain"``: what each count position means), then one release message per
@@ -217,7 +219,9 @@ def replay(
                     raise _strict_error(inp, block.rejections)
                 summary.note(block.rejections)
                 arrival = block.arrival  # schema.arrival_time: the per-event rule (docs/privacy.md §1.1)
-                rej = pipe.offer(block.batch, record_time=arrival)
+                # without arrival times the whole file is known: every event counts in its
+                # event-time timestep, sealed at the end (docs/privacy.md §1.1 "Offline")
+                rej = pipe.offer(block.batch, record_time=arrival, whole_input=arrival is None)
                 if strict and len(rej):
                     raise _strict_error(inp, rej)
                 summary.note(rej)
@@ -226,9 +230,7 @@ def replay(
                     if arrival.size:
                         frontier = float(arrival[-1])
                     emit(pipe.seal(record_frontier=frontier))
-                else:
-                    emit(pipe.seal())
-            emit(pipe.seal(final=True, record_frontier=math.inf) if reader.arrival_col else pipe.seal(final=True))
+            emit(pipe.seal(final=True, record_frontier=math.inf if reader.arrival_col else -math.inf))
             summary.accepted = pipe.stats.events_accepted
         out.commit()
     summary.seconds = time.perf_counter() - t0

@@ -295,6 +295,10 @@ class Service:
             # the idle clock restarts with the process (the snapshot has no wall time)
             self.pipeline.window.last_event_wall = time.time()
         self.open_events = {int(c): int(n) for c, n in (windowing.get("open_events") or {}).items()}
+        # per-partition record-time progress at the checkpoint: the restarted service resumes with the
+        # same completeness evidence (a journal without it, from an older build, starts with none: that
+        # only delays completeness, it never changes what a timestep holds)
+        self.record_times = {int(p): float(t) for p, t in (windowing.get("record_times") or {}).items()}
         self.positions = dict(plan.resume_offsets)
         self.committed = dict(plan.resume_offsets)
         self.reader.seek(self.positions)
@@ -547,7 +551,8 @@ class Service:
         window = self.pipeline.window.snapshot(include_buffers=True)
         cp = Checkpoint(self.journal.last_seq + 1, dict(self.committed), dict(self.positions), releases,
                         tuple(pending.outputs),
-                        {"window": window, "open_events": {str(c): n for c, n in self.open_events.items()}})
+                        {"window": window, "open_events": {str(c): n for c, n in self.open_events.items()},
+                         "record_times": {str(p): t for p, t in sorted(self.record_times.items())}})
         t0 = time.monotonic()
         self.journal.append(cp)
         self.metrics.journal_fsync.observe(time.monotonic() - t0)

@@ -17,9 +17,12 @@ injected parts:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from stream.ingest.events import EventDecoder, Rejection
 from stream.pipeline import ReleasePipeline, SealedRelease
@@ -58,8 +61,12 @@ def small_settings(seed: int | None = 1, **sections: Any) -> Any:
     """
     from stream.config import load_settings
 
+    # run_in_memory runs the legacy watermark rule (its source carries no record times): these
+    # settings opt into it explicitly unless the caller chooses a record-time mode
+    legacy = (sections.get("kafka") or {}).get("record_time", "watermark") == "watermark"
     base: dict[str, Any] = {
         "stream": {"id": "t", "timestep": "60s"},
+        **({"kafka": {"record_time": "watermark", "allow_data_dependent_inclusion": True}} if legacy else {}),
         "schema": {"attributes": SMALL_ATTRIBUTES},
         "privacy": {"unit": "user-level", "epsilon": 1, "horizon": 50, "cutoff": 10, "population": 100},
         "release": {"decision": "uniform"},
@@ -95,14 +102,29 @@ class ManualClock:
 class MemorySource:
     """Payloads served in order, at most ``max_records`` per :meth:`poll`.
 
-    Each record comes as ``(payload, (partition, offset))``.
+    Each record comes as ``(payload, (partition, offset))``. ``record_times`` (float seconds, one
+    per message, non-decreasing: the broker's LogAppendTime) is each record's own timestamp, for
+    settings with record-time inclusion (``kafka.record_time`` other than ``watermark``).
     """
 
-    def __init__(self, messages: Iterable[bytes], *, max_records: int = 500, partition: int = 0) -> None:
+    def __init__(self, messages: Iterable[bytes], *, max_records: int = 500, partition: int = 0,
+                 record_times: Sequence[float] | None = None) -> None:
         self._messages = [bytes(m) for m in messages]
         self.max_records = int(max_records)
         self.partition = partition
         self.position = 0
+        self.record_times = None if record_times is None else [float(r) for r in record_times]
+        if self.record_times is not None:
+            if len(self.record_times) != len(self._messages):
+                raise ValueError(f"{len(self.record_times)} record times for {len(self._messages)} messages")
+            if any(b < a for a, b in zip(self.record_times, self.record_times[1:], strict=False)):
+                raise ValueError("record times must be non-decreasing (one partition, stamped by the broker)")
+
+    def record_time(self, offset: int) -> float:
+        """The record time of the message at ``offset``."""
+        if self.record_times is None:
+            raise ValueError("this MemorySource has no record times")
+        return self.record_times[offset]
 
     def poll(self, max_records: int | None = None) -> list[tuple[bytes, tuple[int, int]]]:
         k = self.max_records if max_records is None else int(max_records)
@@ -170,7 +192,21 @@ def run_in_memory(
     Releases go to ``kafka.output_topic`` (key = stream id), dead letters to
     ``kafka.dead_letter_topic`` and late events to ``kafka.late_topic`` (the
     original payload bytes). ``tick`` seconds are added to ``clock`` per poll.
+
+    Which events count follows ``kafka.record_time`` as the service does: record-time modes
+    (the default) need ``MemorySource(record_times=…)`` — each event's own record time decides
+    (``docs/privacy.md`` §1.1) and the partition's last record time completes timesteps; the
+    legacy ``watermark`` (explicitly opted into) uses ``clock`` for the idle and far-future rules.
+
+    Raises:
+        ValueError: record-time settings and a source without record times.
     """
+    record_mode = settings.kafka.record_time != "watermark"
+    if record_mode and source.record_times is None:
+        raise ValueError(
+            f"kafka.record_time is {settings.kafka.record_time}: give the source each message's record time "
+            "(MemorySource(record_times=...)), or opt into the legacy rule (kafka.record_time: watermark, "
+            "kafka.allow_data_dependent_inclusion: true)")
     pipe = pipeline or ReleasePipeline(settings)
     out = sink or MemorySink()
     decoder = EventDecoder.from_settings(settings)
@@ -191,13 +227,23 @@ def run_in_memory(
         now = None if clock is None else clock.now()
         decoded = decoder.decode([r[0] for r in records], [r[1] for r in records], first_row=row)
         row += len(decoded.batch) + sum(1 for r in decoded.rejections if r.row is not None)
-        for rej in list(decoded.rejections) + list(pipe.offer(decoded.batch, now=now)):
+        if record_mode:
+            rec = np.array([source.record_time(r[1][1]) for r in records], dtype=np.float64)
+            msg = decoded.batch.messages
+            per_event = rec[msg] if msg is not None else np.full(len(decoded.batch), rec[0] if rec.size else 0.0)
+            offered = pipe.offer(decoded.batch, record_time=per_event)
+        else:
+            offered = pipe.offer(decoded.batch, now=now)
+        for rej in list(decoded.rejections) + list(offered):
             rejected.append(rej)
             topic = k.late_topic if rej.late else k.dead_letter_topic
             out.send(topic, None, rej.payload or b"")
-        publish(pipe.seal(now=now))
+        if record_mode:
+            publish(pipe.seal(record_frontier=source.record_time(records[-1][1][1]) if records else None))
+        else:
+            publish(pipe.seal(now=now))
         if clock is not None and tick:
             clock.advance(tick)
     if final:
-        publish(pipe.seal(final=True))
+        publish(pipe.seal(final=True, record_frontier=math.inf) if record_mode else pipe.seal(final=True))
     return RunResult(releases, rejected, out, pipe)

@@ -9,6 +9,12 @@ consistent with record timestamps (monotone per partition, as a broker's
 LogAppendTime is), cut into arbitrary batches. For every sealed timestep,
 L1(H_t(D), H_t(D′)) must be at most the per-timestep contribution bound.
 
+``test_through_the_service_one_person_changes_any_release_by_at_most_the_bound``
+(kafka) runs drawn neighbours and the issue's fast clock through the whole
+service on the embedded broker, comparing releases made with the same seeded
+noise; ``tests/stream/service/test_service_inclusion.py`` shows the watermark
+rule failing through the service.
+
 ``test_a_data_dependent_rule_is_caught`` runs the same harness with the
 watermark rule main used before (largest event time − allowed_lateness seals
 timesteps): hypothesis must find a neighbour that breaks the bound, so the
@@ -17,16 +23,19 @@ property is not vacuous.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import numpy as np
-from hypothesis import HealthCheck, find, given, settings
+import pytest
+from hypothesis import HealthCheck, example, find, given, settings
 from hypothesis import strategies as st
 
 from stream.ingest.events import EventBatch, validate_batch
 from stream.ingest.windowing import Grid, Windower
 from stream.service.testing import small_settings
+from tests.kafka_harness import broker  # noqa: F401 - the embedded broker (module scope), for the service case
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
 STEP = 900.0  # the issue's scenario: timestep 15m, allowed_lateness 2m, max_future 10m
@@ -183,3 +192,66 @@ def test_restart_gives_identical_decisions():
         w.advance()
     assert sorted(out) == sorted(whole)
     assert all((out[c] == whole[c]).all() for c in out)
+
+
+# -- the same property through the service on the embedded broker -------------------------------
+def _service_releases(bootstrap: str, state_dir, stream_id: str, events: list[Event]) -> dict[int, np.ndarray]:
+    """Run the service (record-time inclusion) over ``events`` stamped with their record times; the
+    released counts per timestep (seeded noise keyed by stream id and timestep: the same in D and D′)."""
+    import json
+    import time as _time
+
+    from kafka import KafkaProducer
+
+    from stream.service.kafka_io import ensure_topics
+    from tests.kafka_harness import (
+        InProcessService,
+        read_all,
+        service_config,
+        settings_from,
+        wait_for,
+    )
+
+    cfg = service_config(bootstrap, state_dir, stream_id=stream_id, seed=17,
+                         stream={"timestep": "15m", "allowed_lateness": "2m", "max_future": "10m",
+                                 "start": "2026-01-01T00:00:00Z",
+                                 "clock_skew": f"{int(_time.time() - T0) + 30 * 86400}s"},
+                         privacy={"horizon": 20, "cutoff": 20},
+                         kafka={"record_time": "trusted-create-time", "topic_partitions": 1})
+    s = settings_from(cfg)
+    ensure_topics(s.kafka, {s.kafka.input_topic: 1})
+    beat_r = T0 + HORIZON + STEP + 121  # past the deadline of timestep 8: timesteps 0..8 complete
+    stream = [*sorted(events, key=lambda e: e[2]), ("heartbeat", beat_r, beat_r, 1, "F")]
+    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+    try:
+        for u, t, r, a, x in stream:  # arrival order = record-time order, one partition (monotone)
+            doc = {"user_id": u, "event_time": t, "attributes": {"age": a, "sex": x}}
+            p.send(s.kafka.input_topic, value=json.dumps(doc).encode(), partition=0, timestamp_ms=int(r * 1000))
+        p.flush()
+    finally:
+        p.close()
+    with InProcessService(s) as svc:
+        wait_for(lambda: svc.published() >= 9, 60, what="timesteps 0..8 released")
+    out = {}
+    for rec in read_all(bootstrap, s.kafka.output_topic):
+        doc = json.loads(rec.value)
+        if doc.get("message_type") == "release":
+            out[doc["timestep"]["index"]] = np.asarray(doc["counts"])
+    return out
+
+
+@pytest.mark.kafka
+@settings(max_examples=3, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(population(), newcomer())
+@example([(f"p{i}", T0 + 7 * i, T0 + 7 * i + 3, i % 100, "MF"[i % 2]) for i in range(300)],
+         [("newcomer", T0 + 2 * STEP + 600, T0 + 100, 30, "M")])  # the issue's fast clock
+def test_through_the_service_one_person_changes_any_release_by_at_most_the_bound(broker, tmp_path_factory,  # noqa: F811
+                                                                                  base, extra):
+    """D and D′ = D + one person through the whole service (decode, per-event inclusion, per-partition
+    completeness, bounding, release) with the same seeded noise: every released timestep's counts
+    differ by at most the bound (the noise cancels; clamping can only shrink the difference)."""
+    sid = f"nb-{uuid.uuid4().hex[:8]}"
+    d = _service_releases(broker.bootstrap, tmp_path_factory.mktemp("d"), sid, base)
+    d2 = _service_releases(broker.bootstrap, tmp_path_factory.mktemp("d2"), sid, base + extra)
+    assert sorted(d) == sorted(d2) == list(range(9))
+    assert max(int(np.abs(d[c] - d2[c]).sum()) for c in d) <= K

@@ -42,7 +42,7 @@ def files(tmp_path):
                                      for e in ev]
     lines.insert(5, "bad,abc,30,M")  # line 6
     lines.insert(9, "p1,100,300,M")  # line 10
-    lines.append("late,1.5,30,F")    # last line: its timestep is long sealed
+    lines.append("late,1.5,30,F")    # last line, out of order: the whole file is known, so it still counts
     inp = tmp_path / "events.csv"
     inp.write_text("\n".join(lines) + "\n")
     return cfg, inp, ev, len(lines)
@@ -66,7 +66,7 @@ def test_replay_writes_one_release_per_timestep_and_a_summary(files, tmp_path, c
     assert all(m["message_type"] == "release" and m["stream"] == "replay-test" for m in releases)
     assert f"read {nlines - 1:,} rows" in err
     assert "invalid_time: 1 (first lines 6)" in err and "out_of_domain: 1 (first lines 10)" in err
-    assert f"late (timestep_sealed): 1 (first lines {nlines})" in err
+    assert "late (timestep_sealed): 0" in err  # no arrival times: nothing is late offline
     assert "timesteps released: 20" in err and "ε spent" in err and "seeded" in err
     assert "Traceback" not in err
 
@@ -78,11 +78,15 @@ def test_seeded_replay_is_reproducible_and_equals_the_service_loop(files, tmp_pa
     assert run(["replay", "--config", cfg, "--input", inp, "--output", b, "--seed", 9], capsys)[0] == 0
     assert a.read_bytes() == b.read_bytes()
     # the service's loop on JSON payloads of the same events (plus the same bad ones) writes the same releases
-    settings = load_settings(cfg, randomness={"seed": 9, "allow_seeded_noise": True})
+    settings = load_settings(cfg, randomness={"seed": 9, "allow_seeded_noise": True},
+                             kafka={"record_time": "watermark", "allow_data_dependent_inclusion": True})
     bad = [{"person": "bad", "ts": "abc", "attributes": {"age": 30, "sex": "M"}},
            {"person": "p1", "ts": 100, "attributes": {"age": 300, "sex": "M"}}]
-    msgs = payloads(ev[:4] + bad[:1] + ev[4:7] + bad[1:] + ev[7:] + [
-        {"person": "late", "ts": 1.5, "attributes": {"age": 30, "sex": "F"}}], per_message=25)
+    # (the in-memory loop runs the legacy watermark rule here, opted into: the file has no arrival
+    # times and no stream.start; the out-of-order row goes first so it counts
+    # there too, as it does in replay where the whole file is known)
+    msgs = payloads([{"person": "late", "ts": 1.5, "attributes": {"age": 30, "sex": "F"}}]
+                    + ev[:4] + bad[:1] + ev[4:7] + bad[1:] + ev[7:], per_message=25)
     res = run_in_memory(settings, MemorySource(msgs, max_records=3))
     assert [r.payload for r in res.releases] == a.read_bytes().splitlines()[1:]
     # a different seed gives different noise
@@ -148,9 +152,9 @@ def test_counts_input_skips_windowing(files, tmp_path, capsys):
     settings = load_settings(cfg)
     w = Windower(Grid.from_settings(settings))
     for blk in EventCsvReader(inp, settings):
-        w.offer(validate_batch(blk.batch, settings.domain())[0])
+        w.offer_whole(validate_batch(blk.batch, settings.domain())[0])
     truth = []
-    for c in w.sealable(final=True):
+    for c in w.complete(None, final=True):
         truth.append(w.take(c).counts(20))
         w.advance()
     counts = tmp_path / "counts.csv"
@@ -171,7 +175,7 @@ def test_summary_json(files, tmp_path, capsys):
     assert run(["replay", "--config", cfg, "--input", inp, "--output", tmp_path / "o.jsonl", "--seed", 1,
                 "--summary-json", js], capsys)[0] == 0
     s = json.loads(js.read_text())
-    assert s["timesteps"] == 20 and s["rejected"]["invalid_time"] == 1 and s["late"] == 1
+    assert s["timesteps"] == 20 and s["rejected"]["invalid_time"] == 1 and s["late"] == 0
     assert s["first_rows"]["out_of_domain"] == [10]
 
 

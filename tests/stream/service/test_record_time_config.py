@@ -14,8 +14,49 @@ def test_timestamp_type_is_read_from_kafka_pythons_nested_answer():
     assert _find_config({"TOPIC": {"events": {}}}, "message.timestamp.type") is None  # "cannot tell"
 
 
+def _load(**sections):
+    from stream.config import load_settings
+
+    base = {"privacy": {"unit": "user-level", "epsilon": 1, "horizon": 10, "cutoff": 2, "population": 10},
+            "schema": {"attributes": [{"name": "sex", "kind": "categorical", "values": ["M", "F"]}]}}
+    return load_settings(None, **{**base, **sections})
+
+
+def test_record_time_inclusion_is_the_default():
+    s = _load()
+    assert s.kafka.record_time == "log-append-time" and not s.kafka.allow_data_dependent_inclusion
+
+
+def test_the_watermark_rule_needs_the_explicit_opt_out():
+    from stream.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"(?s)watermark decides which events count from other people's events"
+                                          r".*kafka.record_time: log-append-time.*allow_data_dependent_inclusion: true"):
+        _load(kafka={"record_time": "watermark"})
+    s = _load(kafka={"record_time": "watermark", "allow_data_dependent_inclusion": True},
+              stream={"idle_timeout": "10s"})
+    assert s.kafka.record_time == "watermark"  # the legacy rule, outside the proof, by explicit choice
+    with pytest.raises(ConfigError, match="never uses it: remove the setting"):
+        _load(kafka={"allow_data_dependent_inclusion": True})
+
+
+@pytest.mark.parametrize("mode", ["log-append-time", "trusted-create-time"])
+def test_record_time_modes_refuse_rules_the_proof_does_not_cover(mode):
+    from stream.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"(?s)stream.idle_timeout seals timesteps .* Remove stream.idle_timeout"):
+        _load(kafka={"record_time": mode}, stream={"idle_timeout": "30s"})
+    with pytest.raises(ConfigError, match=r"stream.clock_skew must be > 0 with record-time inclusion"):
+        _load(kafka={"record_time": mode}, stream={"clock_skew": "0s"})
+    with pytest.raises(ConfigError, match=r"clock_skew: .*must be >= 0"):
+        _load(kafka={"record_time": mode}, stream={"clock_skew": -1})
+    with pytest.raises(ConfigError, match=r"max_future: .*must be >= 0"):
+        _load(kafka={"record_time": mode}, stream={"max_future": -1})
+    assert _load(kafka={"record_time": mode}, stream={"max_future": "0s"}).stream.max_future.total_seconds() == 0
+
+
 def test_record_time_modes_and_skew_are_validated():
-    assert small_settings().kafka.record_time == "watermark"
+    assert small_settings().kafka.record_time == "watermark"  # the in-memory loop's legacy rule, opted into
     assert small_settings(kafka={"record_time": "log-append-time"}).kafka.record_time == "log-append-time"
     assert small_settings().stream.clock_skew.total_seconds() == 5
     with pytest.raises(Exception, match="record_time"):

@@ -21,6 +21,7 @@ from tests.kafka_harness import (  # noqa: F401
     dedupe_by_key,
     dedupe_by_release_id,
     event,
+    heartbeat,
     produce,
     read_all,
     releases_by_timestep,
@@ -77,12 +78,15 @@ def test_end_to_end_one_release_per_timestep_equal_to_replay(broker, tmp_path, p
     payloads, events = _messages(8, 30, 20)
     with InProcessService(settings) as svc:
         produce(broker.bootstrap, k.input_topic, payloads, partitions=partitions)
+        heartbeat(broker.bootstrap, k.input_topic, 8, partitions=partitions,
+                  lateness=settings.stream.allowed_lateness.total_seconds())
         wait_for(lambda: svc.published() >= 8, what="8 releases")
         time.sleep(0.5)
         assert svc.metric("dpstream_timesteps_sealed_total") == 8
         assert svc.metric("dpstream_releases_total", {"kind": "fresh"}) == 8
-        assert svc.metric("dpstream_events_consumed_total") == 240
-        assert svc.metric("dpstream_messages_consumed_total") == len(payloads)
+        assert svc.metric("dpstream_events_consumed_total") == 240 + partitions  # + the heartbeats
+        assert svc.metric("dpstream_messages_consumed_total") == len(payloads) + partitions
+        assert svc.metric("dpstream_late_events_total") == 0
     records = read_all(broker.bootstrap, k.output_topic)
     kept = dedupe_by_release_id(records)
     published = {json.loads(v)["timestep"]["index"]: v for v in kept.values()}
@@ -123,7 +127,7 @@ def test_dead_letters_carry_original_bytes_source_and_reason(broker, tmp_path): 
     mixed = json.dumps([good, {**good, "attributes": {"age": 999, "sex": "F"}}]).encode()
     payloads = [*bad, mixed, json.dumps(event("b", 1)).encode()]
     with InProcessService(settings) as svc:
-        produce(broker.bootstrap, k.input_topic, payloads)
+        produce(broker.bootstrap, k.input_topic, payloads, stamp=T0 + 1)  # far_future vs its own record time
         wait_for(lambda: len(read_all(broker.bootstrap, k.dead_letter_topic, timeout_s=3)) >= len(bad) + 1,
                  what="dead letters")
         expected = Counter(bad.values())
@@ -153,10 +157,11 @@ def test_late_events_go_to_the_late_topic_and_never_change_a_release(broker, tmp
     with InProcessService(settings) as svc:
         produce(broker.bootstrap, k.input_topic, [json.dumps(event(f"u{i}", t)).encode()
                                                   for t in range(5) for i in range(10)])
+        heartbeat(broker.bootstrap, k.input_topic, 5)
         wait_for(lambda: svc.published() >= 5, what="5 releases")
         before = read_all(broker.bootstrap, k.output_topic)
         late = [json.dumps(event(f"late{i}", 1, age=50)).encode() for i in range(25)]
-        produce(broker.bootstrap, k.input_topic, late)
+        produce(broker.bootstrap, k.input_topic, late)  # stamped after the heartbeat: past timestep 1's deadline
         wait_for(lambda: svc.metric("dpstream_late_events_total") >= 25, what="late events")
         time.sleep(0.5)
     after = read_all(broker.bootstrap, k.output_topic)
@@ -168,7 +173,8 @@ def test_late_events_go_to_the_late_topic_and_never_change_a_release(broker, tmp
 
 
 def test_far_future_event_is_dead_lettered_and_seals_nothing(broker, tmp_path):  # noqa: F811
-    cfg = service_config(broker.bootstrap, tmp_path / "state", seed=5, stream={"idle_timeout": "30s"})
+    cfg = service_config(broker.bootstrap, tmp_path / "state", seed=5, stream={"idle_timeout": "30s"},
+                         kafka={"record_time": "watermark"})  # the legacy rule (opted into)
     settings = settings_from(cfg)
     k = settings.kafka
     with InProcessService(settings) as svc:
@@ -190,7 +196,8 @@ def test_a_clock_stamped_event_in_a_backlog_does_not_jump_the_watermark(broker, 
     # Old data waiting when the service starts (it is catching up): one event stamped with the
     # wall clock — years after the data, yet not in the future — is dead-lettered instead of
     # sealing ~10^6 empty timesteps and making the rest of the backlog late.
-    cfg = service_config(broker.bootstrap, tmp_path / "state", seed=5, stream={"idle_timeout": "30s"})
+    cfg = service_config(broker.bootstrap, tmp_path / "state", seed=5, stream={"idle_timeout": "30s"},
+                         kafka={"record_time": "watermark"})  # the legacy rule (opted into)
     settings = settings_from(cfg)
     k = settings.kafka
     backlog = [json.dumps(event(f"u{i}", t)).encode() for t in range(4) for i in range(5)]
@@ -217,6 +224,7 @@ def test_several_events_per_person_count_once(broker, tmp_path):  # noqa: F811
     payloads = [json.dumps(e).encode() for e in events]
     with InProcessService(settings) as svc:
         produce(broker.bootstrap, k.input_topic, payloads)
+        heartbeat(broker.bootstrap, k.input_topic, 2, event_timestep=50)
         wait_for(lambda: svc.published() >= 2, what="2 releases")
     published = {json.loads(v)["timestep"]["index"]: v
                  for v in dedupe_by_release_id(read_all(broker.bootstrap, k.output_topic)).values()}
@@ -235,6 +243,7 @@ def test_budget_exhaustion_is_normal(broker, tmp_path):  # noqa: F811
     with InProcessService(settings) as svc:
         produce(broker.bootstrap, k.input_topic, [json.dumps(event(f"u{i}", t)).encode()
                                                   for t in range(8) for i in range(4)])
+        heartbeat(broker.bootstrap, k.input_topic, 8)
         wait_for(lambda: svc.published() >= 8, what="8 releases")
         time.sleep(0.3)
         assert svc.metric("dpstream_budget_exhausted") == 1
@@ -278,6 +287,7 @@ def test_config_drift_is_refused(broker, tmp_path):  # noqa: F811
     settings = settings_from(cfg)
     with InProcessService(settings) as svc:
         produce(broker.bootstrap, settings.kafka.input_topic, [json.dumps(event("a", t)).encode() for t in range(3)])
+        heartbeat(broker.bootstrap, settings.kafka.input_topic, 3)
         wait_for(lambda: svc.published() >= 3, what="releases")
     for change in ({"privacy": {**cfg["privacy"], "epsilon": 2}},
                    {"privacy": {**cfg["privacy"], "cutoff": 50}},
@@ -300,6 +310,7 @@ def test_lost_or_damaged_journal_is_refused(broker, tmp_path):  # noqa: F811
     with InProcessService(settings) as svc:
         produce(broker.bootstrap, settings.kafka.input_topic,
                 [json.dumps(event("a", t)).encode() for t in range(4)])
+        heartbeat(broker.bootstrap, settings.kafka.input_topic, 4)
         wait_for(lambda: svc.published() >= 4, what="releases")
     path = journal_path(settings.service.state_dir, settings.stream.id)
     original = path.read_bytes()
@@ -315,7 +326,7 @@ def test_lost_or_damaged_journal_is_refused(broker, tmp_path):  # noqa: F811
     # the last committed checkpoint is gone: Kafka and the output topic are ahead of the journal
     assert svc.exit_code == 2 and ("behind" in svc.health.reason or "does not know" in svc.health.reason)
     damaged = bytearray(original)
-    damaged[len(original) // 3] ^= 0x20
+    damaged[20] ^= 0x20  # inside the first frame (a damaged last frame would read as a torn tail)
     path.write_bytes(bytes(damaged))
     svc = attempt()
     assert svc.exit_code == 2 and ("checksum" in svc.health.reason or "bad frame" in svc.health.reason)

@@ -21,6 +21,7 @@ from stream.service.kafka_io import rejection_records
 from tests.kafka_harness import (  # noqa: F401
     STEP,
     T0,
+    WALL,
     InProcessService,
     broker,
     dedupe_by_key,
@@ -162,13 +163,17 @@ def test_fuzzed_payloads_through_the_real_broker(broker, tmp_path):  # noqa: F81
     # Event times just behind the clock and a short max_future: a mutated time then lands in the
     # past (late), beyond the clock (far future) or within ~1 h — never years of timesteps to seal.
     rng = np.random.default_rng(1234)
+    # Record time is the producer's real clock here (stamp=WALL, a broker stamping "now"), with a
+    # public start ten minutes ago: a mutated time lands before the start, late, beyond max_future
+    # of its own record time, or in one of the ~10 timesteps since the start.
+    now = time.time()
     cfg = service_config(broker.bootstrap, tmp_path / "state", seed=1,
-                         stream={"start": None, "max_future": "10m"})
+                         stream={"start": int(now) // 60 * 60 - 600, "max_future": "10m", "clock_skew": "5s"})
     settings_ = settings_from(cfg)
     k = settings_.kafka
-    payloads = mutate(rng, _valid(rng, 50, base=time.time() - 3600), 1000)
+    payloads = mutate(rng, _valid(rng, 50, base=now - 300), 1000)
     with InProcessService(settings_) as svc:
-        produce(broker.bootstrap, k.input_topic, payloads)
+        produce(broker.bootstrap, k.input_topic, payloads, stamp=WALL)
         wait_for(lambda: svc.metric("dpstream_messages_consumed_total") >= len(payloads), timeout=60,
                  what="all fuzzed messages consumed")
         wait_for(lambda: svc.service.positions == svc.service.committed, what="a checkpoint")
