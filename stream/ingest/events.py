@@ -52,6 +52,7 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from histogram.domain import CategoricalAttribute, Domain
+from stream.ingest.person_key import INVISIBLE_DETAIL, canonical_keys
 
 __all__ = [
     "REASONS",
@@ -68,6 +69,7 @@ __all__ = [
     "parse_numbers",
     "EventDecoder",
     "Decoded",
+    "KEY_USER_ID",
 ]
 
 #: Every reason code, in the order of ``docs/contracts.md``. Index 0 is "no reason".
@@ -88,6 +90,8 @@ REASONS: tuple[str, ...] = (
     "before_start",
     "timestep_sealed",
     "arrived_after_seal",
+    "tombstone",
+    "empty_value",
 )
 LATE_REASON = "timestep_sealed"
 #: Reasons that send an event to the late topic (not a dead letter): its record time is past its
@@ -595,7 +599,9 @@ def validate_batch(
 
     Reasons, first match wins per row: ``missing_field``, ``wrong_type``
     (unparsable number), ``invalid_user_id``, ``invalid_time``,
-    ``non_finite``, ``unknown_attribute``, ``out_of_domain``.
+    ``non_finite``, ``unknown_attribute``, ``out_of_domain``. The user ids
+    of the valid rows come out as canonical person keys
+    (:mod:`stream.ingest.person_key`).
 
     Raises:
         ValueError: the batch lacks a column for some attribute (a
@@ -631,6 +637,8 @@ def validate_batch(
             chars = pc.utf8_length(uid.take(pa.array(long))).to_numpy(zero_copy_only=False)
             bad[long[chars > max_user_id_chars]] = True
         rb.mark(bad, "invalid_user_id", f"the user id must be 1 to {max_user_id_chars} characters")
+        uid, invisible = canonical_keys(uid)  # one key per person (docs/privacy.md §1.2)
+        rb.mark(invisible, "invalid_user_id", INVISIBLE_DETAIL)
     rb.mark(~t_parsed, "invalid_time", "the event time is neither epoch seconds nor ISO-8601")
     rb.mark(~np.isfinite(times), "non_finite", "the event time is not finite")
     with np.errstate(invalid="ignore"):
@@ -694,20 +702,21 @@ _NUMBER = _first_match(StrictFloat | StrictStr | None)
 _SCALAR = _first_match(StrictStr | StrictInt | StrictFloat | None)
 
 
-def _event_type(domain: Domain, user_field: str, time_field: str) -> Any:
+def _event_type(domain: Domain, user_field: str | None, time_field: str) -> Any:
     """The pydantic-validated structure of one event: TypedDicts (about twice as fast as models).
 
     ``attributes`` has one optional key per domain attribute and forbids
     others, so an unknown attribute is an error located at
     ``("attributes", name)``; a missing one is None (→ ``missing_field`` later).
+    ``user_field`` None: the person comes from the record key, events carry no id.
     """
     fields = {a.name: _NUMBER if a.kind == "numeric" else _SCALAR for a in domain.attributes}
     attributes = TypedDict("EventAttributes", fields, total=False)  # type: ignore[misc]
     attributes.__pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[attr-defined]
-    event = TypedDict(  # type: ignore[misc]
-        "Event",
-        {user_field: _USER_ID, time_field: _TIME, "attributes": attributes},
-    )
+    fields_ = {time_field: _TIME, "attributes": attributes}
+    if user_field is not None:
+        fields_ = {user_field: _USER_ID, **fields_}
+    event = TypedDict("Event", fields_)  # type: ignore[misc]
     event.__pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[attr-defined]
     return event
 
@@ -739,6 +748,18 @@ def _constant(name: str) -> float:
 def _text(v: Any) -> str:
     """A non-string JSON scalar as text (``1`` → ``"1"``, ``1.0`` → ``"1.0"``)."""
     return v if isinstance(v, str) else repr(v)
+
+
+def _utf8(v: Any) -> Any:
+    """A JSON string that is not valid Unicode text (a lone surrogate such as ``"\\ud800"``)
+    becomes ``"\\x00"``, which every column refuses by its own rule: ``invalid_user_id``,
+    ``invalid_time``, ``wrong_type`` or ``out_of_domain``. Anything else passes unchanged."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return "\x00"
+    return v
 
 
 def _user_id_column(values: list[Any]) -> pa.Array:
@@ -829,18 +850,21 @@ class EventDecoder:
         max_events_per_message: int = 10_000,
     ) -> None:
         self.domain = domain
-        self.user_field = user_id
+        #: ``schema.user_id: "@key"``: the person is the Kafka record key, and events carry no id field
+        self.from_key = user_id == KEY_USER_ID
+        self.user_field: str | None = None if self.from_key else user_id
         self.time_field = event_time
         self.max_message_bytes = int(max_message_bytes)
         self.max_events = int(max_events_per_message)
         self._names = tuple(domain.names)
         self._numeric = tuple(a.kind == "numeric" for a in domain.attributes)
-        event = _event_type(domain, user_id, event_time)
+        event = _event_type(domain, self.user_field, event_time)
         self._one = TypeAdapter(event)
         self._many = TypeAdapter(list[event])  # type: ignore[valid-type]
         # what pydantic returns in the usual case, as one Arrow type (one C++ conversion per chunk)
         self._struct = pa.struct([
-            (user_id, pa.string()), (event_time, pa.float64()),
+            *([] if self.user_field is None else [(self.user_field, pa.string())]),
+            (event_time, pa.float64()),
             ("attributes", pa.struct([(a.name, pa.float64() if a.kind == "numeric" else pa.string())
                                       for a in domain.attributes])),
         ])
@@ -902,15 +926,18 @@ class EventDecoder:
             row += 1
         return out, row
 
-    def decode(self, payloads: Sequence[bytes], sources: Sequence[Any] | None = None,
-               *, first_row: int = 0) -> Decoded:
+    def decode(self, payloads: Sequence[bytes | None], sources: Sequence[Any] | None = None,
+               *, first_row: int = 0, keys: Sequence[bytes | None] | None = None) -> Decoded:
         """Decode many messages into one batch (rows numbered from ``first_row``).
 
         ``sources`` (parallel to ``payloads``) is carried into every rejection
-        of that message, e.g. ``(partition, offset)``.
+        of that message, e.g. ``(partition, offset)``. A ``None`` payload is a
+        Kafka tombstone (``tombstone``); an empty or all-white-space one is
+        ``empty_value``. ``keys`` (parallel, the Kafka record keys) are the
+        person ids when the decoder was built with ``user_id="@key"``.
         """
         rejected: list[Rejection] = []
-        payloads = [p if type(p) is bytes else bytes(p) for p in payloads]
+        payloads = [p if type(p) is bytes or p is None else bytes(p) for p in payloads]
         src = list(sources) if sources is not None else [None] * len(payloads)
         one, many = self._one.validator.validate_json, self._many.validator.validate_json
         max_bytes, max_events = self.max_message_bytes, self.max_events
@@ -928,6 +955,12 @@ class EventDecoder:
             rejected.append(Rejection(reason, detail, r, payloads[m], src[m], element))
 
         for m, payload in enumerate(payloads):
+            if payload is None:
+                reject("tombstone", "the record has no value (a tombstone): it holds no event", m, None, None)
+                continue
+            if not payload.strip():
+                reject("empty_value", "the record's value is empty: it holds no event", m, None, None)
+                continue
             if len(payload) > max_bytes:
                 reject("oversized", f"message of {len(payload)} bytes exceeds {max_bytes}", m, None, None)
                 continue
@@ -974,13 +1007,17 @@ class EventDecoder:
         within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
         first_element = np.repeat(np.asarray(run_elem, dtype=np.int64), lengths)
         columns = [list(c) for c in zip(*pieces, strict=True)]
+        messages = np.repeat(np.asarray(run_msg, dtype=np.int64), lengths)
+        user_ids = _join(columns[0], numbers_as_numpy=False)
+        if self.from_key:
+            user_ids = _key_column(keys, messages, len(payloads))
         batch = EventBatch(
-            _join(columns[0], numbers_as_numpy=False),
+            user_ids,
             _join(columns[1], numbers_as_numpy=True),
             {name: _join(col, numbers_as_numpy=True) for name, col in zip(self._names, columns[2:], strict=True)},
             np.repeat(np.asarray(run_row, dtype=np.int64), lengths) + within,
             frozenset(),
-            np.repeat(np.asarray(run_msg, dtype=np.int64), lengths),
+            messages,
             np.where(first_element < 0, -1, first_element + within),
             payloads,
             src,
@@ -999,14 +1036,39 @@ class EventDecoder:
             arr = pa.array(events, type=self._struct)
         except _ARROW_ERRORS:
             uf, tf = self.user_field, self.time_field
-            columns = [_user_id_column([e[uf] for e in events]), _time_column([e[tf] for e in events])]
+            users = pa.nulls(len(events), pa.string()) if uf is None else _user_id_column([_utf8(e[uf]) for e in events])
+            columns = [users, _time_column([_utf8(e[tf]) for e in events])]
             attributes = [e["attributes"] for e in events]
             for name, numeric in zip(self._names, self._numeric, strict=True):
-                values = [a.get(name) for a in attributes]
+                values = [_utf8(a.get(name)) for a in attributes]
                 columns.append(_number_column(values) if numeric else _category_column(values))
             return columns
+        if self.user_field is None:  # ids from the record keys, filled in by decode()
+            attrs = arr.field(1)
+            return [pa.nulls(len(events), pa.string()), arr.field(0), *(attrs.field(i) for i in range(len(self._names)))]
         attrs = arr.field(2)
         return [arr.field(0), arr.field(1), *(attrs.field(i) for i in range(len(self._names)))]
 
 
 _EMPTY = "the message is an empty JSON array: it holds no event"
+
+#: ``schema.user_id`` value that takes each event's person from its Kafka record key
+KEY_USER_ID = "@key"
+
+
+def _key_column(keys: Sequence[bytes | None] | None, messages: np.ndarray, count: int) -> pa.Array:
+    """Each event's person id from its message's record key: UTF-8 text; no key is a missing id
+    (``missing_field``), a key that is not UTF-8 becomes ``"\\x00"`` (``invalid_user_id``)."""
+    if keys is None or len(keys) != count:
+        raise ValueError("schema.user_id is '@key' but the record keys were not passed to decode()")
+    texts: list[str | None] = []
+    for k in keys:
+        if k is None:
+            texts.append(None)
+            continue
+        try:
+            texts.append(bytes(k).decode("utf-8"))
+        except UnicodeDecodeError:
+            texts.append("\x00")
+    per_message = pa.array(texts, type=pa.string())
+    return per_message.take(pa.array(messages, type=pa.int64())) if len(messages) else pa.array([], pa.string())

@@ -23,6 +23,7 @@ but the embedded broker drops it).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -453,16 +454,54 @@ def _element_bytes(payload: bytes, element: int, cache: dict[int, Any]) -> bytes
     return None
 
 
-def rejection_records(rejections: Iterable[Any], *, input_topic: str, stream: str) -> list[tuple[str, bytes, bytes,
-                                                                                                tuple[tuple[str, bytes], ...]]]:
+#: Bytes kept of a dead letter whose original is too large to copy (the original stays in the input topic).
+DEAD_LETTER_PREFIX = 4096
+#: Room left under ``kafka.max_request_size`` for the key, the headers and the record overhead.
+DEAD_LETTER_HEADROOM = 64 * 1024
+
+
+def dead_letter_limit(max_request_size: int) -> int:
+    """Largest dead-letter value copied whole: ``max_request_size`` less 64 KiB of headroom
+    (half of it for a request size under 128 KiB), so a dead letter is never refused by the producer."""
+    if max_request_size > 2 * DEAD_LETTER_HEADROOM:
+        return max_request_size - DEAD_LETTER_HEADROOM
+    return max_request_size // 2
+
+
+def bounded_value(value: bytes, limit: int) -> tuple[bytes, tuple[tuple[str, bytes], ...]]:
+    """``value`` itself when at most ``limit`` bytes; else its first bytes and headers saying so.
+
+    The headers of a shortened value: ``dpstream.truncated: true``,
+    ``dpstream.original.bytes`` and ``dpstream.original.sha256`` (hex), so an
+    operator can find and check the original, which stays in the input topic
+    at the coordinates the other headers give.
+    """
+    if len(value) <= limit:
+        return value, ()
+    keep = min(DEAD_LETTER_PREFIX, max(limit // 2, 0))
+    return value[:keep], (
+        ("dpstream.truncated", b"true"),
+        ("dpstream.original.bytes", str(len(value)).encode()),
+        ("dpstream.original.sha256", hashlib.sha256(value).hexdigest().encode()),
+    )
+
+
+def rejection_records(rejections: Iterable[Any], *, input_topic: str, stream: str,
+                      limit: int = dead_letter_limit(1_048_576),
+                      timestamps: Mapping[Any, float] | None = None,
+                      ) -> list[tuple[str, bytes, bytes, tuple[tuple[str, bytes], ...]]]:
     """Dead-letter / late records for rejected events: ``(role, key, value, headers)``.
 
     The value is the original message bytes; for one event inside a JSON
     array message it is that event's JSON (re-encoded; the header
     ``dpstream.source.element`` says which), so a bad event in a 500-event
-    message does not copy the other 499. The key is ``partition:offset[:element]``
-    (deterministic: consumers can drop duplicates by key). Headers carry the
-    reason code, a short detail and the source coordinates.
+    message does not copy the other 499. A value over ``limit`` bytes is cut
+    to a prefix (:func:`bounded_value`): no record can make the dead-letter
+    producer fail, so none can stop the stream. The key is
+    ``partition:offset[:element]`` (deterministic: consumers can drop
+    duplicates by key). Headers carry the reason code, a short detail and the
+    source coordinates (topic, partition, offset, and the record timestamp in
+    epoch milliseconds when ``timestamps`` has it).
     """
     out = []
     cache: dict[int, Any] = {}
@@ -481,13 +520,16 @@ def rejection_records(rejections: Iterable[Any], *, input_topic: str, stream: st
             ("dpstream.source.partition", str(partition).encode()),
             ("dpstream.source.offset", str(offset).encode()),
         ]
+        if timestamps is not None and source in timestamps:
+            headers.append(("dpstream.source.timestamp", str(round(timestamps[source] * 1000)).encode()))
         if rej.element is not None:
-            element_value = _element_bytes(payload, int(rej.element), cache)
+            element_value = _element_bytes(payload, int(rej.element), cache) if len(payload) <= limit else None
             if element_value is not None:
                 value = element_value
             coords += f":{rej.element}"
             headers.append(("dpstream.source.element", str(rej.element).encode()))
-        out.append((role, coords.encode(), value, tuple(headers)))
+        value, cut = bounded_value(value, limit)
+        out.append((role, coords.encode(), value, (*headers, *cut)))
     return out
 
 

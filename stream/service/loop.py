@@ -83,7 +83,9 @@ from stream.service.kafka_io import (
     KafkaIOError,
     OutRecord,
     TransactionalWriter,
+    bounded_value,
     committed_marker,
+    dead_letter_limit,
     ensure_topics,
     make_producer,
     read_tail,
@@ -388,7 +390,8 @@ class Service:
         a backlog (after a restart or a slow period) and the bound stays relative to the largest
         accepted event time (:attr:`stream.ingest.windowing.Windower.catching_up`).
         """
-        payloads: list[bytes] = []
+        payloads: list[bytes | None] = []  # None: a tombstone (dead-lettered as such)
+        keys: list[bytes | None] = []
         sources: list[tuple[int, int]] = []
         for p, records in batch:  # each partition's records in increasing offset order
             floor = self.positions.get(p)
@@ -397,7 +400,8 @@ class Service:
             if not records:
                 continue
             offsets = [r.offset for r in records]
-            payloads.extend([r.value or b"" for r in records])
+            payloads.extend([r.value for r in records])
+            keys.extend([r.key for r in records])
             sources.extend(zip(repeat(p), offsets))
             for r in records:
                 self.stamps[(p, r.offset)] = r.timestamp / 1000.0
@@ -415,7 +419,7 @@ class Service:
         self.pipeline.window.catching_up = not live
         m = self.metrics
         m.messages_consumed.inc(len(payloads))
-        for decoded, part_sources in self._decode(payloads, sources):
+        for decoded, part_sources in self._decode(payloads, sources, keys):
             if self.record_mode:  # each event's own record time decides (docs/privacy.md §1.1)
                 rec = np.array([self.stamps[src] for src in part_sources], dtype=np.float64)
                 msg = decoded.batch.messages
@@ -431,19 +435,20 @@ class Service:
             m.count_rejections(rejected.counts())
         self.stamps.clear()
 
-    def _decode(self, payloads: list[bytes], sources: list[tuple[int, int]]) -> list[tuple[Any, list[Any]]]:
+    def _decode(self, payloads: list[bytes | None], sources: list[tuple[int, int]],
+                keys: list[bytes | None]) -> list[tuple[Any, list[Any]]]:
         """Decode a poll's messages; a message the decoder cannot handle at all is dead-lettered
         (``internal_error``) instead of stopping the service (a poison pill would crash it forever)."""
         try:
-            return [(self.decoder.decode(payloads, sources), sources)]
+            return [(self.decoder.decode(payloads, sources, keys=keys), sources)]
         except Exception:  # noqa: BLE001, S110 - isolate the message that breaks the decoder
             pass
         parts = []
-        for payload, source in zip(payloads, sources, strict=True):
+        for payload, source, key in zip(payloads, sources, keys, strict=True):
             try:
-                parts.append((self.decoder.decode([payload], [source]), [source]))
+                parts.append((self.decoder.decode([payload], [source], keys=[key]), [source]))
             except Exception as exc:  # noqa: BLE001
-                self._unprocessable(payload, source, exc)
+                self._unprocessable(payload or b"", source, exc)
         return parts
 
     def _unprocessable(self, payload: bytes, source: tuple[int, int], exc: BaseException) -> None:
@@ -454,8 +459,9 @@ class Service:
                    ("dpstream.source.topic", k.input_topic.encode()),
                    ("dpstream.source.partition", str(source[0]).encode()),
                    ("dpstream.source.offset", str(source[1]).encode()))
+        value, cut = bounded_value(payload, dead_letter_limit(k.max_request_size))
         self.pending.outputs.append(JournaledOutput("dead_letter", f"{source[0]}:{source[1]}".encode(),
-                                                    payload, headers))
+                                                    value, (*headers, *cut)))
         self.metrics.events_consumed.inc()
         self.metrics.dead_letters.labels(INTERNAL_ERROR).inc()
         log(_log, logging.ERROR, "message could not be processed; dead-lettered", partition=source[0],
@@ -463,17 +469,20 @@ class Service:
 
     def _dead_letter(self, rejected: Rejections) -> None:
         topic, stream = self.settings.kafka.input_topic, self.stream_id
+        limit = dead_letter_limit(self.settings.kafka.max_request_size)
         try:
-            records = rejection_records(rejected, input_topic=topic, stream=stream)
+            records = rejection_records(rejected, input_topic=topic, stream=stream, limit=limit,
+                                        timestamps=self.stamps)
         except Exception:  # noqa: BLE001 - one odd rejection must not lose the others
             records = []
             for rej in rejected:
                 try:
-                    records += rejection_records([rej], input_topic=topic, stream=stream)
+                    records += rejection_records([rej], input_topic=topic, stream=stream, limit=limit)
                 except Exception:  # noqa: BLE001
                     src = rej.source if isinstance(rej.source, tuple) else (None, None)
+                    value, cut = bounded_value(rej.payload or b"", limit)
                     records.append(("late" if rej.late else "dead_letter", f"{src[0]}:{src[1]}".encode(),
-                                    rej.payload or b"", (("dpstream.reason", rej.reason.encode()),)))
+                                    value, (("dpstream.reason", rej.reason.encode()), *cut)))
         for role, key, value, headers in records:
             self.pending.outputs.append(JournaledOutput(role, key, value, headers))
 
