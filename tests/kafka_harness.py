@@ -90,7 +90,7 @@ def _earliest_event_time(value: bytes) -> float | None:
     return min(times) if times else None
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes], *, partitions: int | None = None,
+def produce(bootstrap: str, topic: str, values: list[bytes | None], *, partitions: int | None = None,
             key: bytes | None = None, stamp: float | str | None = None) -> None:
     """Plain (non-transactional) producer for test input, playing the broker's LogAppendTime clock.
 

@@ -123,19 +123,27 @@ def test_dead_letters_carry_original_bytes_source_and_reason(broker, tmp_path): 
         b"[]": "empty_message",
         json.dumps(far).encode(): "far_future",
         json.dumps({**good, "event_time": T0 - 100}).encode(): "before_start",
+        b" \n": "empty_value",
+        json.dumps({**good, "user_id": " a"}).encode(): "invalid_user_id",  # invisible variation of "a"
+        json.dumps({**good, "user_id": "a\u200b"}).encode(): "invalid_user_id",
+        b'{"user_id": "\\ud800", "event_time": 1704067201, "attributes": {"age": 3, "sex": "M"}}': "invalid_user_id",
     }
     mixed = json.dumps([good, {**good, "attributes": {"age": 999, "sex": "F"}}]).encode()
     payloads = [*bad, mixed, json.dumps(event("b", 1)).encode()]
+    tombstone_offset = len(payloads)  # a Kafka tombstone (null value; kafka-python needs a key for it) follows
     with InProcessService(settings) as svc:
         produce(broker.bootstrap, k.input_topic, payloads, stamp=T0 + 1)  # far_future vs its own record time
-        wait_for(lambda: len(read_all(broker.bootstrap, k.dead_letter_topic, timeout_s=3)) >= len(bad) + 1,
+        produce(broker.bootstrap, k.input_topic, [None], key=b"deleted-entity", stamp=T0 + 1)
+        wait_for(lambda: len(read_all(broker.bootstrap, k.dead_letter_topic, timeout_s=3)) >= len(bad) + 2,
                  what="dead letters")
         expected = Counter(bad.values())
         expected["out_of_domain"] += 1  # the bad element of the mixed array message
+        expected["tombstone"] += 1
         for reason, n in expected.items():
             assert svc.metric("dpstream_dead_letters_total", {"reason": reason}) == n, reason
     dead, problems = dedupe_by_key(read_all(broker.bootstrap, k.dead_letter_topic))
-    assert not problems and len(dead) == len(bad) + 1
+    assert not problems and len(dead) == len(bad) + 2
+    assert dict(dead[f"0:{tombstone_offset}".encode()].headers)["dpstream.reason"] == b"tombstone"
     by_offset = {int(dict(r.headers)["dpstream.source.offset"]): r for r in dead.values()}
     for offset, (payload, reason) in enumerate(bad.items()):
         r = by_offset[offset]
