@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from kafka import KafkaProducer
 
+from stream.ingest.events import REASONS
 from tests.kafka_harness import (  # noqa: F401
     STEP,
     T0,
@@ -129,3 +134,81 @@ def test_person_from_the_record_key(broker, tmp_path):  # noqa: F811
     # the same noise (seed, stream, timestep): equal to two people, not to three
     assert counts == _replay_counts(cfg, ["7", "7", "8"], ["M", "F", "M"], tmp_path)
     assert counts != _replay_counts(cfg, ["7", "7x", "8"], ["M", "F", "M"], tmp_path)
+
+
+# ---------------------------------------------------------------------------
+# fuzz through the broker: nothing stops the stream, everything is accounted for, a rerun agrees
+
+_SHAPES = st.one_of(
+    st.binary(max_size=64),
+    st.just(None),  # tombstone
+    st.sampled_from([b"", b" ", b"\n\t", b"\xef\xbb\xbf{}", b'{"user_id":"\\ud800"}', b"[" * 50_000]),
+    st.builds(lambda n: json.dumps([event(f"x{i}", 0) for i in range(n)]).encode(), st.integers(1, 3)),
+    # expands far past service.max_message_bytes once the producer's compression is undone
+    st.builds(lambda n: json.dumps([event("big", 0)] * n).encode(), st.sampled_from([12_000, 30_000])),
+    st.builds(lambda n: b" " * n + b"{}", st.sampled_from([2_000_000])),
+    st.builds(lambda uid, t: json.dumps({"user_id": uid, "event_time": T0 + t,
+                                         "attributes": {"age": 30, "sex": "M"}}).encode(),
+              st.one_of(st.text(max_size=8), st.integers()), st.floats(-100, 4 * STEP)),
+)
+
+
+def _run_over(bootstrap: str, cfg: dict, values: list, *, produce_input: bool) -> tuple[dict, dict]:
+    """One service run over the input topic: (figures, dead/late letters by key with their bytes)."""
+    settings = settings_from(cfg)
+    k = settings.kafka
+    with InProcessService(settings) as svc:
+        if produce_input:
+            p = KafkaProducer(bootstrap_servers=bootstrap, compression_type="gzip", max_request_size=8_000_000,
+                              acks="all")
+            for v in values:
+                p.send(k.input_topic, key=b"k", value=v, partition=0, timestamp_ms=int((T0 + 1) * 1000))
+            p.flush()
+            p.close()
+            heartbeat(bootstrap, k.input_topic, 4, partitions=1)
+        wait_for(lambda: svc.metric("dpstream_messages_consumed_total") >= len(values) + 1, timeout=60,
+                 what="every message consumed")
+        wait_for(lambda: svc.published() >= 4, what="4 releases")
+        wait_for(lambda: svc.service.positions == svc.service.committed, what="a checkpoint")
+        assert svc.exit_code is None and svc.health.ready
+        figures = {name: svc.metric(f"dpstream_{name}_total") for name in
+                   ("events_consumed", "events_accepted", "late_events", "messages_consumed")}
+        figures["dead"] = sum(svc.metric("dpstream_dead_letters_total", {"reason": r}) for r in
+                              (*REASONS, "internal_error"))
+    letters = {}
+    for topic in (k.dead_letter_topic, k.late_topic):
+        kept, problems = dedupe_by_key(read_all(bootstrap, topic))
+        assert not problems
+        letters.update({key: (r.value, r.headers) for key, r in kept.items()})
+    releases = {json.loads(v)["timestep"]["index"]: json.loads(v)["counts"]
+                for v in dedupe_by_release_id(read_all(bootstrap, k.output_topic)).values()}
+    return {**figures, "releases": releases}, letters
+
+
+_EVERY_SHAPE = [
+    None, b"", b" ", b"\xef\xbb\xbf{}", b'{"user_id":"\\ud800"}', b"[" * 50_000, b"\xff\xfe",
+    json.dumps([event("big", 0)] * 30_000).encode(),  # ~2 MB of JSON, tens of KB on the wire
+    b" " * 2_000_000 + b"{}",
+    json.dumps([event("a", 0), event("b", 1)]).encode(),
+    json.dumps({"user_id": "late", "event_time": T0 - 50, "attributes": {"age": 30, "sex": "M"}}).encode(),
+]
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@example(values=_EVERY_SHAPE)
+@given(values=st.lists(_SHAPES, min_size=20, max_size=40))
+def test_fuzzed_records_never_stop_the_stream_and_a_rerun_agrees(broker, values):  # noqa: F811
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = service_config(broker.bootstrap, Path(tmp) / "a", seed=9, kafka={"topic_partitions": 1})
+        first, letters = _run_over(broker.bootstrap, cfg, values, produce_input=True)
+        assert first["events_consumed"] == first["events_accepted"] + first["dead"] + first["late_events"]
+        assert first["messages_consumed"] == len(values) + 1  # + the heartbeat
+        # the same records again, from scratch: same stream and seed, fresh state and output topics
+        again = {**cfg, "service": {**cfg["service"], "state_dir": str(Path(tmp) / "b")},
+                 "kafka": {**cfg["kafka"], **{t: f"{cfg['kafka'][t]}.rerun" for t in
+                                              ("output_topic", "dead_letter_topic", "late_topic", "state_topic",
+                                               "group_id")
+                                              if t in cfg["kafka"]}}}
+        second, letters2 = _run_over(broker.bootstrap, again, values, produce_input=False)
+        assert second == first
+        assert letters2 == letters
