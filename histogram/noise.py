@@ -169,7 +169,10 @@ class GeneratorDrawer:
         depth, factorials = _threshold_plan(d)
         if not constant:
             depth = min(depth, 3)  # per-entry thresholds cost a pass each; 3 leaves at most 1/6 to continue
-        u = self._gen.integers(0, d**depth * factorials[depth], size=n, dtype=np.int64)
+        top = d**depth * factorials[depth]
+        if not constant and depth == 3:
+            return self._bernoulli_exp_depth3(numerator, d, top)
+        u = self._gen.integers(0, top, size=n, dtype=np.int64)
         if constant:
             a = int(numerator[0])
             ascending = np.array(
@@ -185,14 +188,36 @@ class GeneratorDrawer:
                 passed += u < power * (d ** (depth - k) * (factorials[depth] // factorials[k]))
         out = (passed % 2) == 0  # K = passed + 1 is odd
         active = np.flatnonzero(passed == depth)
-        num = numerator[active]
-        k = depth + 1
+        self._continue(out, active, numerator[active], d, depth + 1)
+        return out
+
+    def _continue(self, out: np.ndarray, active: np.ndarray, num: np.ndarray, d: int, k: int) -> None:
+        """Entries known to have ``K >= k``: draw ``A_k, A_{k+1}, …`` until each stops; set ``K odd``."""
         while active.size:
             go_on = self._below(d * k, num)
             out[active[~go_on]] = k % 2 == 1
             active = active[go_on]
             num = num[go_on]
             k += 1
+
+    def _bernoulli_exp_depth3(self, numerator: np.ndarray, d: int, top: int) -> np.ndarray:
+        """:meth:`_bernoulli_exp_unit` with ``L = 3`` and per-entry numerators, in as few passes as possible.
+
+        ``T_1 = 6a·d², T_2 = 3a²·d, T_3 = a³`` (nested events ``U < T_3 ⊂ U < T_2 ⊂ U < T_1``):
+        ``K = 1`` if ``U ≥ T_1`` (True), ``K = 2`` if ``T_2 ≤ U < T_1`` (False), ``K = 3`` if
+        ``T_3 ≤ U < T_2`` (True), and ``U < T_3`` continues at ``k = 4``. 32-bit arithmetic when
+        ``N = 6d³`` fits (``d ≤ 703``), else 64-bit.
+        """
+        dtype = np.int32 if top < 2**31 else np.int64
+        a = numerator.astype(dtype, copy=False)
+        u = self._gen.integers(0, top, size=a.size, dtype=dtype)
+        a2 = a * a
+        out = u >= a * dtype(6 * d * d)
+        out |= u < a2 * dtype(3 * d)
+        deep = np.flatnonzero(u < a2 * a)
+        out[deep] = False  # provisional; decided below
+        if deep.size:
+            self._continue(out, deep, numerator[deep], d, 4)
         return out
 
     def _bernoulli_inv_e(self, n: int) -> np.ndarray:
