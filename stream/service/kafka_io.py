@@ -626,6 +626,7 @@ class InputReader:
         out: list[tuple[int, list[Any]]] = []
         polled: set[int] = set()
         budget = max_records
+        p = eligible[0] if eligible else -1
         try:
             for p in eligible:
                 if budget <= 0:
@@ -644,6 +645,11 @@ class InputReader:
                             out.append((p, records))
                     if out:
                         break
+        except (kerr.UnsupportedCodecError, kerr.CorruptRecordError) as exc:
+            from stream.service.codecs import undecodable_message
+
+            raise KafkaIOError(undecodable_message(self.topic, p, self.position(p), exc), retriable=False,
+                               action=f"poll {self.topic}") from exc
         except Exception as exc:  # noqa: BLE001
             raise wrap_error(exc, f"poll {self.topic}") from exc
         delivered = {p for p, _ in out}

@@ -705,6 +705,13 @@ def run_service(
     (configuration drift, lost or inconsistent journal: fail closed); 1: a
     fatal error (fenced by another instance, Kafka unusable, …).
     """
+    from stream.service.codecs import missing_codecs, missing_codecs_message
+
+    missing = missing_codecs()
+    if missing:  # a compressed upstream batch would stop the stream later: refuse now
+        log(_log, logging.ERROR, "refusing to start", error=missing_codecs_message(missing),
+            error_type="MissingCodec")
+        return EXIT_REFUSED
     stop = stop or threading.Event()
     metrics = metrics or Metrics()
     health = health or Health()
