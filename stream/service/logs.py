@@ -1,12 +1,15 @@
 """Structured JSON logs: one object per line on stderr.
 
 ``log(logger, level, "what happened", key=value, …)`` writes
-``{"ts", "level", "logger", "event", …fields}``. Field values must be
-operational facts (timestep indexes, offsets, counts of *records*, durations,
-error texts). Raw per-timestep statistics must never be logged (privacy.md
-§4 inv. 8): a field whose name says it holds counts, noise, thresholds,
-payloads or state is replaced by ``"<redacted>"``, and so is any list,
-array or mapping with more than a few items — whatever its name.
+``{"ts", "level", "logger", "event", …fields}``. Logs are an operator
+surface (docs/privacy.md §9): they must never carry a raw per-timestep
+statistic (a count of events, late or dead-lettered records in one timestep
+or checkpoint, a noise value, a threshold, a payload). So the fields are an
+**allowlist**, :data:`FIELDS`: a field not listed there is dropped and
+replaced by a ``redacted`` list of the dropped names, whatever its value.
+Adding a field means adding it to :data:`FIELDS` with the reason it is
+public or operational, which ``tests/stream/service/test_logs.py`` checks
+against every field the service's code passes.
 """
 
 from __future__ import annotations
@@ -18,42 +21,53 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-__all__ = ["JsonFormatter", "setup_logging", "log", "get_logger", "REDACTED", "sanitize"]
+__all__ = ["JsonFormatter", "setup_logging", "log", "get_logger", "FIELDS", "sanitize"]
 
-REDACTED = "<redacted>"
-_FORBIDDEN = ("count", "noise", "threshold", "rho", "payload", "histogram", "state", "snapshot", "value",
-              "secret", "true")
-_ALLOWED = {"events_consumed", "records", "messages", "dead_letters", "late_events", "timesteps_sealed",
-            "releases", "offset", "offsets"}
+#: Every field a log line may carry, and why it is safe there. Values must also be small
+#: scalars (or short lists of them): anything bulky is dropped too.
+FIELDS: dict[str, str] = {
+    "stream": "the stream id (public configuration)",
+    "topics": "topic names the service created (configuration)",
+    "note": "a recovery note: what the journal plan does (offsets and checkpoint numbers, no data)",
+    "seq": "a journal checkpoint number (operational)",
+    "checkpoint": "a journal checkpoint number (operational)",
+    "releases": "how many timesteps a re-sent checkpoint releases (each is a public release)",
+    "next_timestep": "the next timestep index (public: every timestep gets one release)",
+    "timesteps": "indexes of the timesteps just released (public)",
+    "kinds": "fresh/republished of those releases (public: in the release messages)",
+    "journal_checkpoints": "checkpoints in the journal at start-up (operational)",
+    "partitions": "number of input partitions assigned (configuration)",
+    "resumed_from_offsets": "whether the start resumed from committed offsets (operational)",
+    "partition": "the input partition of a record that could not be processed (operational)",
+    "offset": "the offset of that record (operational; the record stays in the topic)",
+    "error": "an error text (messages written by dpstream or its clients, no data values)",
+    "error_type": "the exception class name",
+    "size_bytes": "journal size (operational; grows with checkpoints, not with events)",
+    "timeout_seconds": "a configured timeout",
+}
 _MAX_ITEMS = 8
 _RESERVED = set(logging.LogRecord("x", 0, "x", 0, "x", None, None).__dict__) | {"message", "asctime"}
 
 
-def _forbidden(name: str) -> bool:
-    low = name.lower()
-    return low not in _ALLOWED and any(word in low for word in _FORBIDDEN)
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool) or value is None
 
 
 def sanitize(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Fields safe to log: forbidden names and bulky values redacted."""
+    """The allowlisted fields with small scalar values; the names of everything dropped under ``redacted``."""
     out: dict[str, Any] = {}
+    dropped: list[str] = []
     for key, value in fields.items():
-        if _forbidden(key):
-            out[key] = REDACTED
-            continue
-        if isinstance(value, bytes | bytearray):
-            out[key] = REDACTED
-        elif isinstance(value, Mapping):
-            out[key] = sanitize(value) if len(value) <= _MAX_ITEMS else REDACTED
-        elif isinstance(value, list | tuple | set | frozenset):
-            out[key] = list(value) if len(value) <= _MAX_ITEMS and all(
-                isinstance(v, str | int | float | bool) or v is None for v in value) else REDACTED
-        elif isinstance(value, str | int | float | bool) or value is None:
+        if key not in FIELDS:
+            dropped.append(key)
+        elif _scalar(value):
             out[key] = value
-        elif type(value).__module__ == "numpy":
-            out[key] = REDACTED
+        elif isinstance(value, list | tuple) and len(value) <= _MAX_ITEMS and all(_scalar(v) for v in value):
+            out[key] = list(value)
         else:
-            out[key] = str(value)
+            dropped.append(key)
+    if dropped:
+        out["redacted"] = sorted(dropped)
     return out
 
 

@@ -289,7 +289,7 @@ class Service:
             self.metrics.recoveries.inc()
             self.metrics.releases_resent.inc(len(plan.redo.releases))
             log(_log, logging.WARNING, "re-sent journaled checkpoint", seq=plan.redo.seq,
-                releases=len(plan.redo.releases), records=len(checkpoint_records(plan.redo, s)))
+                releases=len(plan.redo.releases))
         windowing = plan.windowing or {}
         self.pipeline = ReleasePipeline(s, engine_state=plan.engine, window_state=windowing.get("window"),
                                         step_hook=self._on_sealed, recall=self._recall)
@@ -584,10 +584,9 @@ class Service:
             m.last_timestep.set(releases[-1].timestep)
             m.last_release_time.set(time.time())
             self._publish_budget()
+            # no per-checkpoint late or dead-letter counts: raw per-timestep figures (docs/privacy.md §9)
             log(_log, logging.INFO, "released", timesteps=[r.timestep for r in releases][:8],
-                kinds=sorted({r.kind for r in releases}), checkpoint=cp.seq,
-                dead_letters=sum(o.role == "dead_letter" for o in cp.outputs),
-                late_events=sum(o.role == "late" for o in cp.outputs))
+                kinds=sorted({r.kind for r in releases}), checkpoint=cp.seq)
         if self.journal.maybe_compact():
             log(_log, logging.INFO, "compacted the journal", size_bytes=self.journal.size)
         m.journal_bytes.set(self.journal.size)

@@ -6,11 +6,12 @@ library), no ``_ms``, no app name inside the name. The registry is injected
 (tests build their own; the service builds one per process), never the
 global default.
 
-What the metrics may carry (privacy.md §4 inv. 8): operational totals over
-the whole stream and public release facts (how many releases of each kind,
-ε spent and remaining — all published in every release message anyway).
-Never per-timestep true counts, noise, thresholds or anything derived from
-one timestep's data. ``events_consumed`` and the dead-letter / late totals
+What the metrics may carry (docs/privacy.md §9, the trust boundary):
+operational totals over the service's whole life and public release facts
+(how many releases of each kind, ε spent and remaining — all published in
+every release message anyway), classified in :data:`CLASSES`. Never
+per-timestep true counts, noise, thresholds or anything derived from one
+timestep's data. ``events_consumed`` and the dead-letter / late totals
 reveal input *volume*, so ``/metrics`` is an operator surface: keep it off
 the public network.
 """
@@ -23,7 +24,44 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from stream.ingest.events import DEAD_LETTER_REASONS, LATE_REASONS
 
-__all__ = ["Metrics", "NAMESPACE", "LATENCY_BUCKETS"]
+__all__ = ["Metrics", "NAMESPACE", "LATENCY_BUCKETS", "CLASSES", "LABELS"]
+
+#: Every metric family, by class (docs/privacy.md §9). ``public``: facts every release message
+#: already states. ``volume``: totals of records/events over the service's life (input volume:
+#: operator-only). ``health``: how the service itself is doing (durations, transactions, errors,
+#: journal size, readiness). No class holds a per-timestep raw statistic: nothing here is reset
+#: per timestep or labelled by timestep, and no value is computed from one timestep's counts.
+#: ``tests/stream/service/test_metrics.py`` fails on a family missing here.
+CLASSES: dict[str, str] = {
+    "dpstream_timesteps_sealed": "public",
+    "dpstream_releases": "public",
+    "dpstream_releases_resent": "health",
+    "dpstream_epsilon_spent": "public",
+    "dpstream_epsilon_remaining": "public",
+    "dpstream_epsilon_budget": "public",
+    "dpstream_budget_exhausted": "public",
+    "dpstream_last_released_timestep": "public",
+    "dpstream_build": "public",
+    "dpstream_messages_consumed": "volume",
+    "dpstream_events_consumed": "volume",
+    "dpstream_events_accepted": "volume",
+    "dpstream_dead_letters": "volume",
+    "dpstream_late_events": "volume",
+    "dpstream_arrived_after_seal": "volume",
+    "dpstream_consumer_lag_records": "volume",
+    "dpstream_step_duration_seconds": "health",
+    "dpstream_seal_to_publish_seconds": "health",
+    "dpstream_checkpoint_duration_seconds": "health",
+    "dpstream_journal_write_seconds": "health",
+    "dpstream_journal_size_bytes": "health",
+    "dpstream_transactions": "health",
+    "dpstream_kafka_errors": "health",
+    "dpstream_recoveries": "health",
+    "dpstream_last_release_timestamp_seconds": "health",
+    "dpstream_ready": "health",
+}
+#: The only label names a metric may have, each with a closed set of values from code or configuration.
+LABELS = frozenset({"reason", "kind", "outcome", "retriable", "partition"})
 
 NAMESPACE = "dpstream"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
 import json
-import logging
 import re
 import urllib.error
 import urllib.request
@@ -13,7 +11,6 @@ from fractions import Fraction
 from prometheus_client import CollectorRegistry, generate_latest
 
 from stream.service.http import Health, HttpServer, make_app
-from stream.service.logs import REDACTED, JsonFormatter, log, sanitize, setup_logging
 from stream.service.metrics import NAMESPACE, Metrics
 
 NAME = re.compile(r"^dpstream_[a-z0-9_]+$")
@@ -103,28 +100,46 @@ def test_http_server_endpoints_without_kafka():
         server.stop()
 
 
-def test_logs_are_json_and_never_carry_raw_statistics():
-    buf = io.StringIO()
-    logger = setup_logging("DEBUG", stream=buf)
-    child = logging.getLogger("dpstream.test")
-    log(child, logging.INFO, "released", timesteps=[1, 2], counts=[5, 7, 9], noise=3, threshold=0.4,
-        true_counts=[1], payload=b"raw", rho=0.1, offset=17, big=list(range(100)), nested={"state": 1})
-    log(child, logging.WARNING, "plain", dead_letters=3, late_events=1)
-    lines = [json.loads(line) for line in buf.getvalue().splitlines()]
-    first = lines[0]
-    assert first["event"] == "released" and first["level"] == "INFO" and first["logger"] == "dpstream.test"
-    for key in ("counts", "noise", "threshold", "true_counts", "payload", "rho", "big"):
-        assert first[key] == REDACTED, key
-    assert first["nested"] == {"state": REDACTED}
-    assert first["timesteps"] == [1, 2] and first["offset"] == 17
-    assert lines[1]["dead_letters"] == 3 and lines[1]["late_events"] == 1
-    logger.handlers.clear()
+def _classify(registry: CollectorRegistry) -> list[str]:
+    """Problems: families without a class, labels outside the closed set."""
+    from stream.service.metrics import CLASSES, LABELS
+
+    problems = []
+    for family in registry.collect():
+        if family.name not in CLASSES:
+            problems.append(f"{family.name}: no class in stream.service.metrics.CLASSES")
+        if family.type == "info":
+            continue  # build info: its labels are public configuration (stream id, method)
+        for sample in family.samples:
+            extra = set(sample.labels) - LABELS - ({"le"} if family.type == "histogram" else set())
+            if extra:
+                problems.append(f"{family.name}: labels {sorted(extra)} outside the closed set")
+    return problems
 
 
-def test_sanitize_redacts_numpy_and_bytes():
-    import numpy as np
+def test_every_metric_is_classified_and_labelled_from_a_closed_set():
+    from prometheus_client import Counter
 
-    out = sanitize({"a": np.arange(3), "b": b"\x00", "c": "ok", "d": 1.5})
-    assert out == {"a": REDACTED, "b": REDACTED, "c": "ok", "d": 1.5}
-    rec = logging.LogRecord("dpstream.x", logging.ERROR, __file__, 1, "boom", None, None)
-    assert json.loads(JsonFormatter().format(rec))["event"] == "boom"
+    from stream.service.metrics import CLASSES
+
+    m = Metrics()
+    m.info.info({"stream": "s", "decision": "dsat"})
+    m.consumer_lag.labels("0").set(3)
+    assert _classify(m.registry) == []
+    assert set(CLASSES) == set(_families(m.registry)), "CLASSES lists a metric that no longer exists"
+    # an unclassified family, and a label that could carry a timestep, are both caught
+    Counter("last_timestep_late_events", "raw figure", ["timestep"], namespace="dpstream",
+            registry=m.registry).labels("7").inc(3)
+    problems = _classify(m.registry)
+    assert any("last_timestep_late_events: no class" in p for p in problems)
+    assert any("labels ['timestep']" in p for p in problems)
+
+
+def test_counters_are_cumulative_over_the_service_life():
+    """No family is a gauge of a per-timestep figure: every gauge is public, health, or lag."""
+    from stream.service.metrics import CLASSES
+
+    m = Metrics()
+    gauges = {f.name for f in m.registry.collect() if f.type == "gauge"}
+    volume_gauges = {g for g in gauges if CLASSES[g] == "volume"}
+    assert volume_gauges == {"dpstream_consumer_lag_records"}  # input not yet read, per partition
