@@ -84,6 +84,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+#: What a counts file cannot tell (docs/privacy.md §1.2, docs/evaluation.md).
+COUNTS_CAVEAT = (
+    "a counts file is taken as already aggregated, so contribution bounding (at most "
+    "privacy.contribution_bound records per person per timestep) cannot be checked: the ε figures hold only "
+    "if the file was built that way; evaluate the events file to have it checked"
+)
+
+
 def _err(msg: str) -> None:
     print(f"dpstream evaluate: error: {msg}", file=sys.stderr)
 
@@ -122,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"dpstream evaluate: {truth.report.summary()}", file=sys.stderr)
     for line in truth.report.details():
         print(f"  {line}", file=sys.stderr)
+    counts_file = truth.report.kind == "counts"
+    if counts_file:
+        print(f"dpstream evaluate: note: {COUNTS_CAVEAT}", file=sys.stderr)
     try:
         result = evaluate(
             settings,
@@ -141,6 +152,12 @@ def run(args: argparse.Namespace) -> int:
     except (StateError, ConfigurationError, HistogramError) as exc:
         _err(f"the release path stopped: {exc}")
         return EXIT_FAILURE
+    result = {**result, "input": {
+        "kind": truth.report.kind,
+        "contribution_bounding": "not checked" if counts_file else
+        f"applied: at most {settings.privacy.contribution_bound} record(s) per person per timestep",
+        **({"caveat": COUNTS_CAVEAT} if counts_file else {}),
+    }}
     text = json.dumps(result, indent=2, allow_nan=False)
     if args.json_out:
         try:

@@ -211,7 +211,7 @@ def cli():
     return main
 
 
-def test_cli_events_and_counts_agree(tmp_path, cli):
+def test_cli_events_and_counts_agree(tmp_path, cli, capsys):
     from stream.lab.generate import generate
 
     d = tmp_path / "g"
@@ -224,8 +224,14 @@ def test_cli_events_and_counts_agree(tmp_path, cli):
                     "--json", str(out), "--progress", "off"])
         assert code == 0
         outs.append(json.loads(out.read_text()))
+    inputs = [o.pop("input") for o in outs]
     assert outs[0] == outs[1]
     assert outs[0]["timesteps"] == 12 and outs[0]["bins"] == 64
+    # a counts file cannot show that each person was counted at most Δ times per timestep: said, not hidden
+    assert inputs[0]["kind"] == "events" and inputs[0]["contribution_bounding"].startswith("applied")
+    assert inputs[1] == {"kind": "counts", "contribution_bounding": "not checked", "caveat": inputs[1]["caveat"]}
+    assert "cannot be checked" in inputs[1]["caveat"]
+    assert capsys.readouterr().err.count("contribution bounding") == 1  # the counts run only, on stderr
 
 
 def test_cli_reports_bad_rows_and_strict_fails(tmp_path, cli, capsys):
