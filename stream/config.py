@@ -201,6 +201,24 @@ class PIDSection(_Section):
     integral_window: int = 10
 
 
+class SharedPopulation(_Section):
+    """``privacy.shared_population``: this stream is one of several over the same people.
+
+    ``name`` identifies the population; ``cap`` is the most ε its people may lose over all its
+    streams together (user-level: in total; w-event: per window, all streams with the same ``w``).
+    The population ledger (``service.population_ledger``) refuses a stream that would exceed it
+    (docs/privacy.md §10).
+    """
+
+    name: str = Field(min_length=1)
+    cap: Exact
+
+    @field_validator("cap", mode="before")
+    @classmethod
+    def _cap(cls, v: object) -> Fraction:
+        return parse_epsilon(v)
+
+
 class PrivacySection(_Section):
     """``privacy.*``: the promise."""
 
@@ -211,6 +229,8 @@ class PrivacySection(_Section):
     w: int | None = None
     population: int | None = None
     contribution_bound: int = 1
+    #: several streams over the same people add up: see :class:`SharedPopulation`
+    shared_population: SharedPopulation | None = None
 
     @field_validator("epsilon", mode="before")
     @classmethod
@@ -338,6 +358,9 @@ class ServiceSection(_Section):
     poll_timeout: Duration = timedelta(milliseconds=200)
     shutdown_timeout: Duration = timedelta(seconds=30)
     max_buffered_records: int = Field(default=10_000, ge=1)
+    #: the population ledger file shared by the streams of a ``privacy.shared_population``
+    #: (default ``<state_dir>/populations.json``; streams of one population must point at one file)
+    population_ledger: str | None = None
 
     @field_validator("commit_interval", "poll_timeout", "shutdown_timeout")
     @classmethod
@@ -484,7 +507,8 @@ class Settings(BaseSettings):
                 "start": None if s.start is None else s.start.isoformat(),
             },
             "domain": self.domain().describe(),
-            "privacy": self.privacy.model_dump(mode="json"),
+            # the population declaration is deployment accounting, not what a release means or costs
+            "privacy": self.privacy.model_dump(mode="json", exclude={"shared_population"}),
             "release": self.release.model_dump(mode="json"),
             "schema_version": 1,
         }

@@ -711,6 +711,20 @@ def run_service(
         log(_log, logging.ERROR, "refusing to start", error=missing_codecs_message(missing),
             error_type="MissingCodec")
         return EXIT_REFUSED
+    shared = settings.privacy.shared_population
+    if shared is not None:  # streams over the same people add up (docs/privacy.md §10)
+        from stream.service.population import (
+            PopulationRefused,
+            entry_for,
+            ledger_path,
+            register_stream,
+        )
+
+        try:
+            register_stream(ledger_path(settings), shared.name, shared.cap, entry_for(settings))
+        except PopulationRefused as exc:
+            log(_log, logging.ERROR, "refusing to start", error=str(exc), error_type="PopulationRefused")
+            return EXIT_REFUSED
     stop = stop or threading.Event()
     metrics = metrics or Metrics()
     health = health or Health()
