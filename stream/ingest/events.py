@@ -26,7 +26,9 @@ Accepted values (one grammar for CSV and JSON, implemented once here):
 The JSON decoder (:class:`EventDecoder`) takes Kafka payloads: one event
 object per message, or a JSON array of events. Each event is
 ``{"<schema.user_id>": …, "<schema.event_time>": …, "attributes": {…}}``;
-the structure is checked with pydantic, the values vectorised here.
+the structure is checked by msgspec (a message that fails it is re-checked
+with pydantic, event by event, to name each event's reason), the values
+vectorised here.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Annotated, Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -721,6 +725,34 @@ def _event_type(domain: Domain, user_field: str | None, time_field: str) -> Any:
     return event
 
 
+def _struct_types(domain: Domain, user_field: str | None, time_field: str) -> tuple[type, type]:
+    """The same structure as :func:`_event_type`, as msgspec Structs: ``(Event, Attributes)``.
+
+    Each field takes the same JSON values and yields the same Python values as the pydantic
+    type (strict: a JSON integer in a float field becomes that float, bools are no numbers;
+    the first of a duplicated key loses, as in pydantic), so a message both accept becomes the
+    same columns (``tests/stream/ingest/test_decoder_paths.py`` checks this over generated
+    messages). A message msgspec refuses (including the few it is stricter about: numbers
+    beyond the float range, lone surrogates) goes to the pydantic path. Fields are positional
+    (``a0``, ``a1``, … renamed to the configured names); ``gc=False``: no cycles, less GC work.
+    """
+    numeric = float | str | None
+    scalar = str | int | float | None
+    attrs = msgspec.defstruct(
+        "EventAttributes",
+        [(f"a{i}", numeric if a.kind == "numeric" else scalar, None) for i, a in enumerate(domain.attributes)],
+        rename={f"a{i}": a.name for i, a in enumerate(domain.attributes)},
+        forbid_unknown_fields=True, gc=False,
+    )
+    fields: list[tuple[str, Any]] = [("t", float | str), ("attributes", attrs)]
+    rename = {"t": time_field, "attributes": "attributes"}
+    if user_field is not None:
+        fields.insert(0, ("u", str | int))
+        rename["u"] = user_field
+    event = msgspec.defstruct("Event", fields, rename=rename, forbid_unknown_fields=True, gc=False)
+    return event, attrs
+
+
 _PYDANTIC_REASON = {
     "missing": "missing_field",
     "extra_forbidden": "unknown_attribute",
@@ -812,7 +844,7 @@ def _join(pieces: list[pa.Array], *, numbers_as_numpy: bool) -> Any:
 #: Validated events become columns in chunks of about this many, right after pydantic made them
 #: (while they are in the CPU cache; then they are freed, so a poll's events never all live as
 #: Python dicts at once). Measured: ~0.9 µs per event less than converting a 50,000-event poll at once.
-_CHUNK_EVENTS = 256
+_CHUNK_EVENTS = 1024
 
 
 class EventDecoder:
@@ -830,14 +862,15 @@ class EventDecoder:
     yields events (each accepted or rejected later) or one message-level
     rejection.
 
-    Speed: a well-formed message is parsed and validated by pydantic in one
-    call (``validate_json``, in Rust); every :data:`_CHUNK_EVENTS` validated
-    events become Arrow columns by one pyarrow conversion (in C++; a chunk
-    with a column whose values are not all of its usual type takes a Python
-    pass for that chunk). Only a message with an error goes through the
-    per-event Python path that finds each event's reason. Measured on 2
-    cores: ~5 µs per event in 500-event messages, ~8 µs per single-event
-    message, about two thirds of it pydantic.
+    Speed: a well-formed message is parsed and checked by msgspec in one call
+    (in C) into small Structs; every :data:`_CHUNK_EVENTS` events become
+    Arrow columns, one pyarrow conversion per column (a column whose values
+    are not all of its usual type takes a Python pass for that chunk). A
+    message msgspec refuses is tried with pydantic (``validate_json``), and
+    only a message with an error goes through the per-event Python path that
+    finds each event's reason. Measured on one core (``benchmarks/
+    bench_throughput.py`` profiles): ~0.5 µs per event in 500-event messages,
+    against ~1.5 µs with pydantic as the first parser.
     """
 
     def __init__(
@@ -861,13 +894,9 @@ class EventDecoder:
         event = _event_type(domain, self.user_field, event_time)
         self._one = TypeAdapter(event)
         self._many = TypeAdapter(list[event])  # type: ignore[valid-type]
-        # what pydantic returns in the usual case, as one Arrow type (one C++ conversion per chunk)
-        self._struct = pa.struct([
-            *([] if self.user_field is None else [(self.user_field, pa.string())]),
-            (event_time, pa.float64()),
-            ("attributes", pa.struct([(a.name, pa.float64() if a.kind == "numeric" else pa.string())
-                                      for a in domain.attributes])),
-        ])
+        self._Event, self._Attributes = _struct_types(domain, self.user_field, event_time)
+        self._fast = msgspec.json.Decoder(self._Event | list[self._Event]).decode  # type: ignore[name-defined]
+        self._attr_getters = tuple(attrgetter(f"a{i}") for i in range(len(self._names)))
 
     @classmethod
     def from_settings(cls, settings: Any) -> EventDecoder:
@@ -939,6 +968,7 @@ class EventDecoder:
         rejected: list[Rejection] = []
         payloads = [p if type(p) is bytes or p is None else bytes(p) for p in payloads]
         src = list(sources) if sources is not None else [None] * len(payloads)
+        fast, to_struct = self._fast, self._to_struct
         one, many = self._one.validator.validate_json, self._many.validator.validate_json
         max_bytes, max_events = self.max_message_bytes, self.max_events
         pending: list[Any] = []  # validated events not yet turned into columns
@@ -964,25 +994,32 @@ class EventDecoder:
             if len(payload) > max_bytes:
                 reject("oversized", f"message of {len(payload)} bytes exceeds {max_bytes}", m, None, None)
                 continue
-            # the fast path: the whole message validated by pydantic in one call
+            # the fast path: the whole message checked by msgspec (then pydantic) in one call
             head = payload[:1]
             if head != b"{" and head != b"[":
                 head = payload[:64].lstrip()[:1]
             k = -1
-            try:
-                if head == b"{":
-                    pending.append(one(payload))
-                    k = 1
-                elif head == b"[":
-                    events = many(payload)
-                    if not events:
+            if head == b"{" or head == b"[":
+                try:
+                    doc = fast(payload)
+                except msgspec.DecodeError:  # ValidationError included: pydantic has the last word
+                    doc = None
+                    try:
+                        doc = one(payload) if head == b"{" else many(payload)
+                    except ValidationError:
+                        pass
+                    else:
+                        doc = to_struct(doc) if head == b"{" else [to_struct(e) for e in doc]
+                if doc is not None:
+                    if head == b"{":
+                        pending.append(doc)
+                        k = 1
+                    elif not doc:
                         reject("empty_message", _EMPTY, m, None, None)
                         continue
-                    if len(events) <= max_events:
-                        pending.extend(events)
-                        k = len(events)
-            except ValidationError:
-                pass
+                    elif len(doc) <= max_events:
+                        pending.extend(doc)
+                        k = len(doc)
             if k > 0:
                 run_msg.append(m)
                 run_len.append(k)
@@ -992,7 +1029,7 @@ class EventDecoder:
             else:  # the per-event path says what is wrong
                 found, row = self._slow(payload, m, reject, row)
                 for element, ev, r in found:
-                    pending.append(ev)
+                    pending.append(to_struct(ev))
                     run_msg.append(m)
                     run_len.append(1)
                     run_elem.append(-1 if element is None else element)
@@ -1024,30 +1061,42 @@ class EventDecoder:
         )
         return Decoded(batch, Rejections.from_list(rejected))
 
-    def _chunk(self, events: list[Any]) -> list[pa.Array]:
-        """Validated events → Arrow columns: user id, event time, then one per attribute.
+    def _to_struct(self, ev: Mapping[str, Any]) -> Any:
+        """An event pydantic validated (a dict) as the Struct msgspec would have made of it."""
+        attrs = ev["attributes"]
+        a = self._Attributes(*(attrs.get(name) for name in self._names))
+        if self.user_field is None:
+            return self._Event(ev[self.time_field], a)
+        return self._Event(ev[self.user_field], ev[self.time_field], a)
 
-        The usual case is one C++ conversion into :attr:`_struct`; a chunk with a column whose
-        values are not all of its usual type (integer user ids, ISO-8601 times, a string in a
-        numeric attribute, …) takes a Python pass per column (see the type notes above
-        :data:`_USER_ID`).
+    def _chunk(self, events: list[Any]) -> list[pa.Array]:
+        """Event Structs → Arrow columns: user id, event time, then one per attribute.
+
+        The usual case is one C++ conversion per column; a column whose values are not all of
+        its usual type (integer user ids, ISO-8601 times, a string in a numeric attribute, a
+        lone surrogate, …) takes a Python pass (see the type notes above :data:`_USER_ID`).
         """
-        try:
-            arr = pa.array(events, type=self._struct)
-        except _ARROW_ERRORS:
-            uf, tf = self.user_field, self.time_field
-            users = pa.nulls(len(events), pa.string()) if uf is None else _user_id_column([_utf8(e[uf]) for e in events])
-            columns = [users, _time_column([_utf8(e[tf]) for e in events])]
-            attributes = [e["attributes"] for e in events]
-            for name, numeric in zip(self._names, self._numeric, strict=True):
-                values = [_utf8(a.get(name)) for a in attributes]
-                columns.append(_number_column(values) if numeric else _category_column(values))
-            return columns
+        n = len(events)
+        attributes = [e.attributes for e in events]
         if self.user_field is None:  # ids from the record keys, filled in by decode()
-            attrs = arr.field(1)
-            return [pa.nulls(len(events), pa.string()), arr.field(0), *(attrs.field(i) for i in range(len(self._names)))]
-        attrs = arr.field(2)
-        return [arr.field(0), arr.field(1), *(attrs.field(i) for i in range(len(self._names)))]
+            columns = [pa.nulls(n, pa.string())]
+        else:
+            columns = [_column([e.u for e in events], pa.string(), _user_id_column)]
+        columns.append(_column([e.t for e in events], pa.float64(), _time_column))
+        for get, numeric in zip(self._attr_getters, self._numeric, strict=True):
+            values = list(map(get, attributes))
+            columns.append(_column(values, pa.float64(), _number_column) if numeric
+                           else _column(values, pa.string(), _category_column))
+        return columns
+
+
+def _column(values: list[Any], usual: pa.DataType, fallback: Any) -> pa.Array:
+    """``values`` as one Arrow array of their usual type, else by ``fallback`` (a Python pass
+    over the values, invalid Unicode made ``"\\x00"`` first: :func:`_utf8`)."""
+    try:
+        return pa.array(values, type=usual)
+    except _ARROW_ERRORS:
+        return fallback([_utf8(v) for v in values])
 
 
 _EMPTY = "the message is an empty JSON array: it holds no event"

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Codec", "CODECS", "missing_codecs", "missing_codecs_message", "undecodable_message"]
+__all__ = ["Codec", "CODECS", "crc32c_accelerated", "SLOW_CRC_WARNING", "missing_codecs", "missing_codecs_message",
+           "undecodable_message"]
 
 
 @dataclass(frozen=True)
@@ -78,3 +79,22 @@ def undecodable_message(topic: str, partition: int, offset: int | None, exc: Bas
             f"(codec: {codec}; {type(exc).__name__}: {text}); the records stay in the topic and the service "
             "stops instead of skipping them: install the codec library (pip install python-snappy cramjam lz4 "
             "zstandard) or, for a corrupt batch, have the producer re-send and move the committed offset past it")
+
+
+#: What the service logs at start-up when kafka-python checks batch CRCs in pure Python.
+SLOW_CRC_WARNING = (
+    "kafka-python is checking record-batch CRC-32C checksums in pure Python (the C extension from the "
+    "'crc32c' package did not load): reading the input topic is then about 10x slower (measured by "
+    "benchmarks/bench_throughput.py: ~13-15k events/s on one core instead of several hundred thousand), "
+    "so a busy topic builds up lag; fix: pip install crc32c (dpstream declares it; LGPL-2.1-or-later)")
+
+
+def crc32c_accelerated() -> bool:
+    """Whether kafka-python verifies record-batch CRC-32C checksums in C (the ``crc32c`` package).
+
+    Without it every fetched batch is checksummed byte by byte in Python, which is most of the
+    cost of reading a topic. It is a speed matter only: the checksums are verified either way.
+    """
+    from kafka.record import util
+
+    return getattr(util, "crc32c_c", None) is not None

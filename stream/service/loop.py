@@ -704,13 +704,20 @@ def run_service(
     (configuration drift, lost or inconsistent journal: fail closed); 1: a
     fatal error (fenced by another instance, Kafka unusable, …).
     """
-    from stream.service.codecs import missing_codecs, missing_codecs_message
+    from stream.service.codecs import (
+        SLOW_CRC_WARNING,
+        crc32c_accelerated,
+        missing_codecs,
+        missing_codecs_message,
+    )
 
     missing = missing_codecs()
     if missing:  # a compressed upstream batch would stop the stream later: refuse now
         log(_log, logging.ERROR, "refusing to start", error=missing_codecs_message(missing),
             error_type="MissingCodec")
         return EXIT_REFUSED
+    if not crc32c_accelerated():  # correct but slow: warn, with the consequence and the fix
+        log(_log, logging.WARNING, SLOW_CRC_WARNING)
     shared = settings.privacy.shared_population
     if shared is not None:  # streams over the same people add up (docs/privacy.md §10)
         from stream.service.population import (

@@ -56,6 +56,26 @@ def test_service_refuses_to_start_without_a_codec(monkeypatch: pytest.MonkeyPatc
     assert any("pip install lz4" in str(getattr(r, "fields", {}).get("error")) for r in caplog.records)
 
 
+def test_the_c_crc32c_is_declared_and_active_here() -> None:
+    from pathlib import Path
+
+    text = Path(__file__).resolve().parents[3].joinpath("pyproject.toml").read_text()
+    assert '"crc32c' in text
+    assert codecs.crc32c_accelerated(), "pip install crc32c: kafka-python is checking CRCs in pure Python"
+
+
+def test_service_warns_when_crcs_are_checked_in_python(broker, tmp_path, monkeypatch, caplog) -> None:  # noqa: F811
+    from kafka.record import util
+
+    monkeypatch.setattr(util, "crc32c_c", None)
+    assert not codecs.crc32c_accelerated()
+    s = settings_from(service_config(broker.bootstrap, tmp_path, seed=1))
+    with caplog.at_level(logging.WARNING), InProcessService(s) as svc:
+        assert svc.exit_code is None  # slow, not wrong: it runs
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "CRC-32C" in r.getMessage()]
+    assert len(warned) == 1 and "pip install crc32c" in warned[0].getMessage()
+
+
 def test_undecodable_message_names_partition_offset_codec() -> None:
     exc = kafka.errors.UnsupportedCodecError("Libraries for lz4 compression codec not found")
     msg = codecs.undecodable_message("in", 3, 17, exc)

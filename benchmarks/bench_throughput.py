@@ -1,0 +1,307 @@
+"""Throughput on one core, against the bare kafka-python consumer on the same topic; prints JSON.
+
+    python benchmarks/bench_throughput.py [--events 1000000] [--people 50000] [--grid 100]
+        [--timesteps 20] [--shapes batch_500,single_event] [--repeats 3] [--cpu 1]
+
+In one run, against one embedded broker, and for each message shape (500-event JSON arrays,
+one event per message), on the same input topic:
+
+* ``bare_bytes``: a bare kafka-python consumer (same fetch settings as the service, the C
+  CRC-32C active) reading every record and touching its bytes: the wire ceiling;
+* ``bare_json`` and ``bare_msgspec``: the same plus decoding every value with ``json.loads``
+  or with msgspec's untyped ``msgspec.json.decode`` (the fastest JSON parser for Python we
+  know of): the ceiling of any Python consumer that looks at its events;
+* ``service``: the service end to end, from the moment its consumer is positioned (after
+  start-up and journal recovery) to the commit of the transaction that publishes the last
+  timestep's release (the release is then read back from the output topic and counted).
+
+Every measured run is a fresh subprocess pinned to one core (``--cpu``; the broker and this
+driver stay off it), so a run's peak RSS (``VmHWM``) is its own. Each shape is measured
+``--repeats`` times, rotating which kind runs first; medians and ratios are reported, each ratio
+from runs seconds apart. The events: ``--people`` people, a ``--grid``² grid of bins (10⁴ by
+default), ``--timesteps`` timesteps of 60 s; record timestamps are stamped like the broker's
+LogAppendTime (``kafka.record_time: trusted-create-time``), and a last record stamped past
+the final deadline completes the last timestep (as a live topic's next records do).
+
+Goals (issue 12): service ≥ 0.5 of ``bare_bytes`` and ≥ 300k events/s with batched messages;
+≥ 0.5 of ``bare_bytes`` with one event per message; peak RSS bounded by open timesteps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+T0 = 1_704_067_200
+STEP = 60
+FETCH = {"max_poll_records": 2000}  # the service's default kafka.max_poll_records
+
+
+def peak_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def settings_dict(bootstrap: str, topic: str, state: str, grid: int, timesteps: int) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:8]
+    skew = int(time.time() - T0) + 30 * 86_400  # the wall clock never completes a 2024 timestep
+    return {
+        "stream": {"id": f"bench-{tag}", "timestep": f"{STEP}s", "start": T0, "clock_skew": f"{skew}s"},
+        "schema": {"attributes": [
+            {"name": "x", "kind": "numeric", "min": 0, "max": grid, "bins": grid},
+            {"name": "y", "kind": "numeric", "min": 0, "max": grid, "bins": grid}]},
+        "privacy": {"unit": "user-level", "epsilon": 1, "horizon": max(timesteps, 100), "cutoff": 100,
+                    "population": 100_000},
+        "release": {"decision": "dsat"},
+        "kafka": {"bootstrap_servers": bootstrap, "input_topic": topic, "output_topic": f"{tag}.out",
+                  "dead_letter_topic": f"{tag}.dead", "late_topic": f"{tag}.late",
+                  "state_topic": f"{tag}.state", "group_id": f"{tag}.g",
+                  "record_time": "trusted-create-time", **FETCH},
+        "service": {"state_dir": state, "http_port": 0, "commit_interval": "1s", "poll_timeout": "50ms",
+                    "log_level": "WARNING", "max_events_per_message": 1000},
+    }
+
+
+def produce(bootstrap: str, topic: str, *, events: int, people: int, grid: int, timesteps: int,
+            per_message: int) -> int:
+    """Write the input topic; returns the number of records. Events are in time order, each
+    record stamped with its timestep's start (monotone, like LogAppendTime)."""
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=1 << 20, acks=1,
+                      max_request_size=16 << 20)
+    per_step = events // timesteps
+    records = 0
+    buf: list[str] = []
+    stamp = T0 * 1000
+    for i in range(events):
+        ts = min(i // per_step, timesteps - 1)
+        u = (i * 7919) % people
+        t = T0 + STEP * ts + (i % per_step) * (STEP / per_step)
+        buf.append(f'{{"user_id":"u{u}","event_time":{t:.3f},"attributes":'
+                   f'{{"x":{(u * 31 + ts) % grid},"y":{(u * 17 + 3 * ts) % grid}}}}}')
+        stamp = (T0 + STEP * ts) * 1000
+        if len(buf) == per_message:
+            p.send(topic, (buf[0] if per_message == 1 else "[" + ",".join(buf) + "]").encode(), timestamp_ms=stamp)
+            records += 1
+            buf = []
+    if buf:
+        p.send(topic, ("[" + ",".join(buf) + "]").encode(), timestamp_ms=stamp)
+        records += 1
+    # the next timestep's first record: its record time completes the last timestep
+    end = T0 + STEP * timesteps
+    p.send(topic, json.dumps({"user_id": "next", "event_time": end + 1, "attributes": {"x": 0, "y": 0}}).encode(),
+           timestamp_ms=(end + 1) * 1000)
+    records += 1
+    p.flush()
+    p.close()
+    return records
+
+
+# -- the measured runs (each in its own pinned subprocess) ------------------------------------
+
+def run_bare(bootstrap: str, topic: str, records: int, decoder: str | None) -> dict[str, Any]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed",
+                      auto_offset_reset="earliest", **FETCH)
+    tp = TopicPartition(topic, 0)
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    c.beginning_offsets([tp])  # connected, as the service is when its clock starts
+    if decoder == "msgspec":
+        import msgspec
+
+        decode = msgspec.json.Decoder().decode
+    else:
+        decode = json.loads
+    got = nbytes = events = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    while got < records:
+        for recs in c.poll(timeout_ms=500).values():
+            got += len(recs)
+            for r in recs:
+                v = r.value
+                nbytes += len(v)
+                if decoder is not None:
+                    doc = decode(v)
+                    events += len(doc) if type(doc) is list else 1
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    c.close()
+    return {"records": got, "bytes": nbytes, "events_decoded": events, "wall_s": wall, "cpu_s": cpu}
+
+
+def run_service(cfg: dict[str, Any], timesteps: int) -> dict[str, Any]:
+    import threading
+
+    from stream.config import load_settings
+    from stream.service.http import Health
+    from stream.service.loop import run_service as run
+    from stream.service.metrics import Metrics
+
+    settings = load_settings(None, **cfg)
+    metrics = Metrics()
+    stop = threading.Event()
+    clock: dict[str, float] = {}
+    sealed = metrics.timesteps_sealed
+    original = sealed.inc
+    count = [0]
+
+    def inc(amount: float = 1) -> None:  # called in the service's thread: no polling thread competes
+        original(amount)
+        count[0] += int(amount)
+        if count[0] >= timesteps and "end" not in clock:
+            clock["end"], clock["end_cpu"] = time.perf_counter(), time.process_time()
+            stop.set()
+
+    sealed.inc = inc  # type: ignore[method-assign]
+
+    def on_started(service: Any, server: Any) -> None:
+        clock["start"], clock["start_cpu"] = time.perf_counter(), time.process_time()
+
+    code = run(settings, stop=stop, metrics=metrics, health=Health(), install_signals=False, http=False,
+               on_started=on_started)
+    reg = metrics.registry
+    return {"exit_code": code, "wall_s": clock["end"] - clock["start"], "cpu_s": clock["end_cpu"] - clock["start_cpu"],
+            "events_accepted": reg.get_sample_value("dpstream_events_accepted_total"),
+            "timesteps_sealed": count[0]}
+
+
+def child(args: argparse.Namespace) -> int:
+    spec = json.loads(args.child)
+    if spec["kind"] == "service":
+        out = run_service(spec["config"], spec["timesteps"])
+    else:
+        out = run_bare(spec["bootstrap"], spec["topic"], spec["records"],
+                       {"bare_bytes": None, "bare_json": "json", "bare_msgspec": "msgspec"}[spec["kind"]])
+    out["peak_rss_mb"] = peak_rss_mb()
+    print(json.dumps(out))
+    return 0
+
+
+def measure(spec: dict[str, Any], cpu: int) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False,  # noqa: S603
+                          preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))  # noqa: PLW1509
+    if proc.returncode != 0:
+        raise RuntimeError(f"{spec['kind']} run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def released(bootstrap: str, topic: str) -> int:
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False,
+                      auto_offset_reset="earliest")
+    tp = TopicPartition(topic, 0)
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    ids: set[str] = set()
+    deadline = time.monotonic() + 20
+    end = c.end_offsets([tp])[tp]
+    while time.monotonic() < deadline and c.position(tp) < end:
+        for recs in c.poll(timeout_ms=200).values():
+            for r in recs:
+                doc = json.loads(r.value)
+                if doc.get("message_type") == "release":
+                    ids.add(doc["release_id"])
+    c.close()
+    return len(ids)
+
+
+def shape(bootstrap: str, tmp: str, name: str, per_message: int, args: argparse.Namespace) -> dict[str, Any]:
+    from stream.service.kafka_io import ensure_topics
+
+    topic = f"bench-{uuid.uuid4().hex[:8]}.{name}"
+    from stream.config import KafkaSection
+
+    ensure_topics(KafkaSection(bootstrap_servers=bootstrap), {topic: 1})
+    t = time.perf_counter()
+    records = produce(bootstrap, topic, events=args.events, people=args.people, grid=args.grid,
+                      timesteps=args.timesteps, per_message=per_message)
+    produce_s = time.perf_counter() - t
+    kinds = ["bare_bytes", "bare_json", "bare_msgspec", "service"]
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    for r in range(args.repeats):
+        order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]
+        for kind in order:
+            if kind == "service":
+                cfg = settings_dict(bootstrap, topic, f"{tmp}/{name}-{r}", args.grid, args.timesteps)
+                out = measure({"kind": "service", "config": cfg, "timesteps": args.timesteps}, args.cpu)
+                out["releases_read_back"] = released(bootstrap, cfg["kafka"]["output_topic"])
+            else:
+                out = measure({"kind": kind, "bootstrap": bootstrap, "topic": topic, "records": records}, args.cpu)
+            runs[kind].append(out)
+            print(name, kind, json.dumps(out), file=sys.stderr, flush=True)
+    events = args.events + 1
+
+    def rate(kind: str) -> float:
+        return statistics.median(events / o["wall_s"] for o in runs[kind])
+
+    ratios = [s["wall_s"] and b["wall_s"] / s["wall_s"] for s, b in zip(runs["service"], runs["bare_bytes"], strict=True)]
+    result: dict[str, Any] = {
+        "events": events, "records": records, "events_per_message": per_message, "produce_s": round(produce_s, 1),
+        "events_per_s": {k: round(rate(k)) for k in kinds},
+        "service_over_bare_bytes": {"median": round(statistics.median(ratios), 3), "min": round(min(ratios), 3),
+                                    "max": round(max(ratios), 3)},
+        "service_over_bare_json": round(rate("service") / rate("bare_json"), 3),
+        "service_over_bare_msgspec": round(rate("service") / rate("bare_msgspec"), 3),
+        "bare_msgspec_over_bare_bytes": round(rate("bare_msgspec") / rate("bare_bytes"), 3),
+        "peak_rss_mb": {k: statistics.median(o["peak_rss_mb"] for o in runs[k]) for k in kinds},
+        "releases_read_back": [o["releases_read_back"] for o in runs["service"]],
+        "service_cpu_over_wall": round(statistics.median(o["cpu_s"] / o["wall_s"] for o in runs["service"]), 3),
+    }
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--people", type=int, default=50_000)
+    ap.add_argument("--grid", type=int, default=100, help="bins per axis (grid² bins)")
+    ap.add_argument("--timesteps", type=int, default=20)
+    ap.add_argument("--shapes", default="batch_500,single_event")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)), help="the core every measured run is pinned to")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+    from kafka.record import util as kafka_record_util
+
+    from stream.service.broker import EmbeddedBroker
+
+    others = set(os.sched_getaffinity(0)) - {args.cpu}
+    out: dict[str, Any] = {"crc32c_c": kafka_record_util.crc32c_c is not None, "cpu": args.cpu,
+                           "cores": len(os.sched_getaffinity(0)),
+                           "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    with tempfile.TemporaryDirectory() as tmp:
+        if others:
+            os.sched_setaffinity(0, others)  # the driver and the broker it starts stay off the measured core
+        with EmbeddedBroker.start() as broker:
+            shapes = {"batch_500": 500, "single_event": 1}
+            for name in args.shapes.split(","):
+                out[name.strip()] = shape(broker.bootstrap, tmp, name.strip(), shapes[name.strip()], args)
+    out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
