@@ -1002,7 +1002,8 @@ class EventDecoder:
             if head == b"{" or head == b"[":
                 try:
                     doc = fast(payload)
-                except msgspec.DecodeError:  # ValidationError included: pydantic has the last word
+                except (msgspec.DecodeError, ValueError, RecursionError):  # invalid UTF-8 included:
+                    # whatever msgspec refuses, pydantic (then the per-event path) has the last word
                     doc = None
                     try:
                         doc = one(payload) if head == b"{" else many(payload)

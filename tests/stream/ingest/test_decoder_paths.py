@@ -87,7 +87,8 @@ def messages(draw: st.DrawFn, user_field: bool = True) -> list[bytes | None]:
             out.append(("[" + ", ".join(evs) + "]").encode())
         elif kind == 8:
             out.append(draw(st.sampled_from([b"{", b"[1, 2]", b"\xef\xbb\xbf{}", b"  []", b"null", b"", None,
-                                             b'{"user_id": "a"} x'])))
+                                             b'{"user_id": "a"} x', b'{"user_id": "\xb9"}', b'[{"a": "\xff"}]',
+                                             b"[" * 5000, b"{" + b'"a":{' * 3000])))
         else:
             out.append(draw(st.binary(max_size=12)))
     return out
