@@ -158,6 +158,12 @@ def run(args: argparse.Namespace) -> int:
         f"applied: at most {settings.privacy.contribution_bound} record(s) per person per timestep",
         **({"caveat": COUNTS_CAVEAT} if counts_file else {}),
     }}
+    zero_mae = result["references"]["zero-release"]["mae"]
+    for name in result["worse_than_zero_release"]:
+        print(f"dpstream evaluate: warning: {name} has a larger error than publishing all zeros "
+              f"(mean absolute error per bin {result['methods'][name]['mae']:.4g} against {zero_mae:.4g}): "
+              "at this ε and on this data it is worse than releasing nothing; see 'references' in the output",
+              file=sys.stderr)
     text = json.dumps(result, indent=2, allow_nan=False)
     if args.json_out:
         try:

@@ -275,6 +275,37 @@ def true_version(workload: Workload, sources: Sequence[int | None]) -> dict[str,
     return out
 
 
+#: The reference rows every evaluation carries (``result["references"]``), what each is, and
+#: whether it is private. A mechanism worse than ``zero-release`` is worse than publishing nothing.
+REFERENCES: dict[str, str] = {
+    "zero-release": "publish all zeros at every timestep: uses no data, so it is private at any ε (ε = 0)",
+    "previous-true": "NON-PRIVATE: publish the exact histogram of the previous timestep (zeros at the first); "
+                     "how well 'no noise, one step stale' would do, for scale only",
+}
+
+
+def reference_rows(workload: Workload) -> dict[str, dict[str, Any]]:
+    """The :data:`REFERENCES` on ``workload``: deterministic (no noise), so one run each."""
+    zero, previous = ErrorAccumulator(workload), ErrorAccumulator(workload)
+    for t in range(workload.timesteps):
+        zero.add(t, "zero", None)
+        previous.add(t, t - 1, None if t == 0 else workload.truth[t - 1])
+    out: dict[str, dict[str, Any]] = {}
+    for name, acc, private in (("zero-release", zero, True), ("previous-true", previous, False)):
+        metrics = {k: None if math.isnan(v) else v for k, v in acc.metrics().items()}  # no queries: None
+        out[name] = {**metrics, "private": private, "what": REFERENCES[name]}
+    return out
+
+
+def worse_than_zero(result: Mapping[str, Any]) -> list[str]:
+    """Methods whose mean MAE is above the zero release's: they publish worse than nothing."""
+    zero = result.get("references", {}).get("zero-release", {}).get("mae")
+    if zero is None:
+        return []
+    return [name for name, m in result.get("methods", {}).items()
+            if not name.endswith("-true") and m.get("mae") is not None and m["mae"] > zero]
+
+
 def _estimate_rows(path: Path) -> int:
     """Rows in a CSV file, estimated from the size and the first 64 KiB (for the progress bar)."""
     size = path.stat().st_size
@@ -330,13 +361,16 @@ def evaluate_settings(
     finally:
         if bar is not None:
             bar.close()
-    return {
+    result: dict[str, Any] = {
         "timesteps": workload.timesteps,
         "bins": workload.bins,
         "runs": runs,
         "queries": workload.query_count,
         "methods": methods,
+        "references": reference_rows(workload),
     }
+    result["worse_than_zero_release"] = worse_than_zero(result)
+    return result
 
 
 def evaluate(

@@ -86,6 +86,14 @@ def plot_methods(result: Mapping[str, Any], path: str | Path, *, title: str | No
         )
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
         ax.set_title(label, fontsize=10)
+        refs = result.get("references", {})
+        for ref, style in (("zero-release", "-"), ("previous-true", ":")):
+            value = refs.get(ref, {}).get(key) if key != "fresh_releases" else None
+            if value is not None and value > 0:  # a line per reference: bars above "zero-release" lose to nothing
+                ax.axhline(value, color="#444444", linestyle=style, linewidth=1,
+                           label=ref + ("" if refs[ref].get("private") else " (non-private)"))
+        if key == "mae" and refs:
+            ax.legend(fontsize=7, loc="best")
         positive = [v for v in shown if v > 0]
         if key != "fresh_releases" and positive and max(positive) / min(positive) > 30:
             ax.set_yscale("log")

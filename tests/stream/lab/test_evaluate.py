@@ -57,7 +57,7 @@ def _truth(timesteps: int = 20, bins: int = 50, population: int = 400, seed: int
 def test_layout_numbers_and_confidence_intervals():
     s = _settings()
     res = evaluate(s, _truth(), ["dsat", "dsft", "uniform", "fixed"], runs=4, queries=30, seed=3, progress=False)
-    assert set(res) == {"timesteps", "bins", "runs", "queries", "methods"}
+    assert set(res) == {"timesteps", "bins", "runs", "queries", "methods", "references", "worse_than_zero_release"}
     assert (res["timesteps"], res["bins"], res["runs"], res["queries"]) == (20, 50, 4, 30)
     assert list(res["methods"]) == ["dsat", "dsft", "uniform", "fixed"]
     for entry in res["methods"].values():
@@ -69,6 +69,38 @@ def test_layout_numbers_and_confidence_intervals():
         assert entry["max_window_spend"] <= 1.0 + 1e-12
         assert 1 <= entry["fresh_releases"] <= 20
     json.dumps(res, allow_nan=False)  # strict JSON
+
+
+def test_reference_rows_are_exact_and_flag_methods_worse_than_nothing():
+    """zero-release and previous-true against hand-computed errors; a method with more error than
+    publishing zeros is listed (and one with less is not)."""
+    truth = _truth(timesteps=10, bins=50, population=400)
+    s = _settings(horizon=10, epsilon=1.0)
+    res = evaluate(s, truth, ["uniform"], runs=2, queries=0, seed=1, progress=False)
+    refs = res["references"]
+    assert refs["zero-release"]["mae"] == pytest.approx(truth.sum() / truth.size)
+    previous = np.vstack([np.zeros((1, 50)), truth[:-1]])
+    assert refs["previous-true"]["mae"] == pytest.approx(np.abs(truth - previous).mean())
+    assert refs["zero-release"]["private"] is True and refs["previous-true"]["private"] is False
+    assert "NON-PRIVATE" in refs["previous-true"]["what"]
+    # uniform at ε/N = 0.1 per step: E|DLap(10)| ≈ 10 per bin, far above the 8 people per bin of zeros
+    assert res["methods"]["uniform"]["mae"] > refs["zero-release"]["mae"]
+    assert res["worse_than_zero_release"] == ["uniform"]
+    dense = evaluate(_settings(horizon=10, epsilon=50.0), truth * 10, ["uniform"], runs=2, queries=0, seed=1,
+                     progress=False)
+    assert dense["worse_than_zero_release"] == []
+
+
+def test_cli_warns_when_a_method_is_worse_than_publishing_nothing(tmp_path, cli, capsys):
+    cfg = _write_config(tmp_path / "c.yaml", _config(horizon=6, cutoff=2, epsilon=0.01))
+    data = tmp_path / "e.csv"
+    data.write_text("uid,ts,a,b\n" + "\n".join(_good_rows()) + "\n")
+    out = tmp_path / "r.json"
+    assert cli(["evaluate", "--config", str(cfg), "--input", str(data), "--methods", "uniform", "--runs", "2",
+                "--queries", "0", "--json", str(out), "--progress", "off"]) == 0
+    err = capsys.readouterr().err
+    assert "uniform has a larger error than publishing all zeros" in err
+    assert json.loads(out.read_text())["worse_than_zero_release"] == ["uniform"]
 
 
 def test_uniform_mae_matches_discrete_laplace_expectation():
