@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         missing = [m for m in true_versions if m not in methods]
         if missing:
             raise EvaluationError(f"--true names {', '.join(missing)}, which --methods does not list")
-        check_methods(settings, methods)
+        per_method = check_methods(settings, methods)
     except (ConfigError, EvaluationError) as exc:
         _err(str(exc))
         return EXIT_USAGE
@@ -158,6 +158,15 @@ def run(args: argparse.Namespace) -> int:
         f"applied: at most {settings.privacy.contribution_bound} record(s) per person per timestep",
         **({"caveat": COUNTS_CAVEAT} if counts_file else {}),
     }}
+    from stream.lab.diagnostics import threshold_below_noise_floor
+
+    diagnostics = []
+    for name, method_settings in per_method.items():
+        diagnosis = threshold_below_noise_floor(method_settings)
+        if diagnosis is not None:
+            diagnostics.append({"method": name, **diagnosis.to_json()})
+            print(f"dpstream evaluate: warning: {name}: {diagnosis.message()}", file=sys.stderr)
+    result["diagnostics"] = diagnostics
     zero_mae = result["references"]["zero-release"]["mae"]
     for name in result["worse_than_zero_release"]:
         print(f"dpstream evaluate: warning: {name} has a larger error than publishing all zeros "

@@ -86,6 +86,11 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _err(str(exc))
         return EXIT_USAGE
+    from stream.lab.diagnostics import threshold_below_noise_floor
+
+    diagnosis = threshold_below_noise_floor(settings)
+    if diagnosis is not None:
+        print(f"dpstream replay: warning: {diagnosis.message()}", file=sys.stderr)
     try:
         summary = replay(settings, args.input, args.output, counts=args.counts, strict=args.strict,
                          block_size=args.block_size)

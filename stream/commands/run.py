@@ -44,4 +44,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"dpstream run: {exc}", file=sys.stderr)
         return 2
     setup_logging(settings.service.log_level)
+    _warn_about_configuration(settings)
     return run_service(settings, max_timesteps=args.max_timesteps)
+
+
+def _warn_about_configuration(settings: object) -> None:
+    """Log what the configuration alone says will go wrong (public information only)."""
+    import logging
+
+    from stream.lab.diagnostics import threshold_below_noise_floor
+    from stream.service.logs import log
+
+    diagnosis = threshold_below_noise_floor(settings)
+    if diagnosis is not None:
+        log(logging.getLogger("dpstream.run"), logging.WARNING, diagnosis.message())
