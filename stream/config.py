@@ -258,6 +258,8 @@ class ReleaseSection(_Section):
     svt_split: Literal["lyu", "even"] = "lyu"
     burn_in: int = 0
     noise_floor: bool = False
+    #: free post-processing of the published counts (:mod:`histogram.postprocess`); no ε
+    postprocess: Literal["none", "nonnegative"] = "none"
     pid: PIDSection = Field(default_factory=PIDSection)
     confidence: float = 0.95
     psd: dict[str, Any] = Field(default_factory=dict)

@@ -40,6 +40,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 from controller.step import Release
+from histogram.postprocess import postprocess
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -341,7 +342,7 @@ class MessageBuilder:
 
     def release_with_bytes(self, release: Release, start: datetime, end: datetime) -> tuple[ReleaseMessage, bytes]:
         """The message and its canonical bytes (the counts are formatted once, vectorised)."""
-        counts = _count_array(release.counts)
+        counts = _count_array(postprocess(self._settings.release.postprocess, release.counts))
         head = self._validated(release, start, end)
         message = head.model_copy(update={"counts": counts.tolist()})
         return message, _release_bytes(message, _counts_text(counts))

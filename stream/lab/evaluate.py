@@ -47,6 +47,7 @@ import numpy as np
 from controller.errors import ConfigurationError
 from controller.method import METHODS
 from histogram.noise import Randomness
+from histogram.postprocess import POSTPROCESSORS, postprocess
 from stream.config import ConfigError, Settings
 from stream.lab.metrics import ErrorAccumulator, Workload, summarise
 
@@ -160,15 +161,27 @@ class Truth:
     report: InputReport
 
 
+def split_method(name: str) -> tuple[str, str | None]:
+    """``"dsat+nonnegative"`` → ``("dsat", "nonnegative")``; ``"dsat"`` → ``("dsat", None)``
+    (None: the config's own ``release.postprocess``)."""
+    base, _, post = name.partition("+")
+    return base, (post or None)
+
+
 def parse_methods(text: str | Sequence[str]) -> list[str]:
-    """``"dsat,dsft,uniform"`` → ``["dsat", "dsft", "uniform"]`` (checked, no repeats)."""
+    """``"dsat,dsft+nonnegative,uniform"`` → ``["dsat", "dsft+nonnegative", "uniform"]`` (checked,
+    no repeats). ``+<post-processor>`` evaluates the method with that ``release.postprocess``."""
     items = text.split(",") if isinstance(text, str) else list(text)
     names = [m.strip().lower() for m in items if m.strip()]
     if not names:
         raise EvaluationError("--methods is empty: list at least one of " + ", ".join(METHODS))
-    unknown = [m for m in names if m not in METHODS]
+    unknown = [m for m in names if split_method(m)[0] not in METHODS]
     if unknown:
         raise EvaluationError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
+    bad_post = [m for m in names if split_method(m)[1] not in (None, *POSTPROCESSORS)]
+    if bad_post:
+        raise EvaluationError(f"unknown post-processor in {', '.join(bad_post)}: after '+' use one of "
+                              f"{', '.join(POSTPROCESSORS)}")
     if len(set(names)) != len(names):
         raise EvaluationError(f"--methods lists a method twice: {','.join(names)}")
     return names
@@ -200,11 +213,15 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
     out: dict[str, Settings] = {}
     unit = settings.privacy.unit
     for m in methods:
+        base, post = split_method(m)
+        release: dict[str, Any] = {"decision": base}
+        if post is not None:
+            release["postprocess"] = post
         try:
-            out[m] = settings_with(settings, {"release": {"decision": m}})
+            out[m] = settings_with(settings, {"release": release})
         except ConfigError as exc:
             text = str(exc)
-            if m in ("bd", "ba") and unit != "w-event":
+            if base in ("bd", "ba") and unit != "w-event":
                 raise EvaluationError(
                     f"method {m} is a w-event mechanism (Kellaris et al.) and this config's privacy unit is "
                     f"{unit}: set privacy.unit: w-event and privacy.w, or drop {m} from --methods"
@@ -238,6 +255,7 @@ def run_method(
     stream_id = settings.stream.id
     state = engine.initial_state()
     acc = ErrorAccumulator(workload)
+    post = settings.release.postprocess  # what the service would publish (free post-processing)
     sources: list[int | None] = []
     max_window: Fraction = Fraction(0)
     release = None
@@ -246,7 +264,7 @@ def run_method(
         release, state = engine.step(state, workload.truth[t], randomness.drawer(stream_id, t, "release"))
         src = release.source_timestep
         sources.append(src)
-        acc.add(t, src, None if src is None else release.counts)
+        acc.add(t, src, None if src is None else postprocess(post, release.counts))
         window = release.window_spend if release.window_spend is not None else release.epsilon_spent
         if window > max_window:
             max_window = window

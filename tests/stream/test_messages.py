@@ -145,3 +145,20 @@ def test_models_refuse_unknown_fields():
     doc["surprise"] = 1
     with pytest.raises(ValueError):
         ReleaseMessage.model_validate(doc)
+
+
+def test_nonnegative_postprocessing_clamps_published_counts_only():
+    """The engine (and its distance test) is untouched: the same seed gives the same decisions;
+    only the published counts differ, by the clamp; the fingerprint says which was published."""
+    raw_s = small_settings(seed=2, privacy={"epsilon": "0.05"})
+    pos_s = small_settings(seed=2, privacy={"epsilon": "0.05"}, release={"postprocess": "nonnegative"})
+    assert raw_s.fingerprint() != pos_s.fingerprint()
+    (_, raw), (_, pos) = _run(raw_s), _run(pos_s)
+    assert [r.kind for r in raw] == [r.kind for r in pos]
+    saw_negative = False
+    for a, b in zip(raw, pos, strict=True):
+        ca, cb = np.asarray(a.message.counts), np.asarray(b.message.counts)
+        saw_negative |= bool((ca < 0).any())
+        assert np.array_equal(cb, np.maximum(ca, 0))
+        assert a.message.accuracy == b.message.accuracy
+    assert saw_negative  # at ε = 0.05 the raw counts do go below zero: the clamp was exercised

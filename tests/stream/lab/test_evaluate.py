@@ -365,3 +365,18 @@ def test_replay_with_seed_s_plus_r_reproduces_run_r(tmp_path, cli):
     msgs = [json.loads(line) for line in out.read_text().splitlines()]
     theirs = [m["counts"] for m in msgs if m.get("message_type") == "release"]
     assert theirs == ours
+
+
+def test_postprocessed_variant_is_never_worse_and_helps_a_sparse_stream():
+    """``m+nonnegative`` makes the same decisions with the same seeds (post-processing cannot
+    change them), so its error is at most the raw method's, and strictly less when counts are small."""
+    s = _settings(horizon=20, epsilon=1.0)
+    truth = _truth(population=100)  # 2 people per bin on average: noise often goes below zero
+    res = evaluate(s, truth, ["uniform", "uniform+nonnegative", "dsat", "dsat+nonnegative"], runs=3, queries=20,
+                   seed=5, progress=False)
+    m = res["methods"]
+    for base in ("uniform", "dsat"):
+        assert m[f"{base}+nonnegative"]["fresh_releases"] == m[base]["fresh_releases"]
+        assert m[f"{base}+nonnegative"]["mae"] < m[base]["mae"]
+    with pytest.raises(EvaluationError, match="unknown post-processor"):
+        parse_methods("dsat+smooth")
