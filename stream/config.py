@@ -325,6 +325,10 @@ class KafkaSection(_Section):
     late_topic: str = "dpstream.late"
     state_topic: str = "dpstream.state"
     group_id: str = "dpstream"
+    #: Scale-out (``service.role`` worker/releaser): the internal topic where workers hand the
+    #: releaser their accepted rows and per-partition completeness (default
+    #: ``<input_topic>.<stream id>.shuffle``). Holds raw per-person rows: protect it like the input.
+    shuffle_topic: str | None = None
     transactional_id: str | None = None
     client_id: str = "dpstream"
     create_topics: bool = True
@@ -363,6 +367,14 @@ class ServiceSection(_Section):
     #: the population ledger file shared by the streams of a ``privacy.shared_population``
     #: (default ``<state_dir>/populations.json``; streams of one population must point at one file)
     population_ledger: str | None = None
+    #: ``single``: one process reads every input partition and releases (the default).
+    #: ``worker``: one of several processes in the consumer group ``kafka.group_id``; reads the
+    #: partitions the group assigns it, decides inclusion and hands accepted rows to the releaser
+    #: over ``kafka.shuffle_topic``. ``releaser``: exactly one per stream; merges the workers'
+    #: rows, seals timesteps once every input partition is complete, releases (docs/scale-out.md).
+    role: Literal["single", "worker", "releaser"] = "single"
+    #: a worker's stable name (its transactional id); default: the host name
+    worker_id: str | None = None
 
     @field_validator("commit_interval", "poll_timeout", "shutdown_timeout")
     @classmethod
@@ -410,6 +422,11 @@ class Settings(BaseSettings):
     def _inclusion_rules(self) -> Settings:
         """Refuse combinations ``docs/privacy.md`` §1.1's proof does not cover, saying what to set."""
         k, st = self.kafka, self.stream
+        if k.record_time == "watermark" and self.service.role != "single":
+            raise ValueError(
+                f"service.role {self.service.role} (scale-out) needs record-time inclusion: with "
+                "kafka.record_time: watermark which events count depends on every partition's events together, "
+                "which no worker sees. Use kafka.record_time: log-append-time or trusted-create-time")
         if k.record_time == "watermark":
             if not k.allow_data_dependent_inclusion:
                 raise ValueError(
@@ -424,6 +441,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"kafka.allow_data_dependent_inclusion is set but kafka.record_time is {k.record_time}, which "
                 "never uses it: remove the setting")
+        if self.service.role != "single" and self.privacy.contribution_bound != 1:
+            raise ValueError(
+                f"service.role {self.service.role} (scale-out) needs privacy.contribution_bound: 1: the releaser "
+                "keeps one record per person and timestep, which also makes a row a worker hands over twice "
+                "(after a crash) harmless; with a larger bound a duplicate could count twice. Run one "
+                "service.role: single process instead")
         if st.idle_timeout is not None:
             raise ValueError(
                 f"stream.idle_timeout seals timesteps when no event came for a while, i.e. from other people's "

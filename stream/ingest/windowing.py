@@ -498,6 +498,27 @@ class Windower:
         buf = self._buffers.pop(cell, None)
         return (buf or _Buffer()).data(cell)
 
+    def drain(self) -> list[TimestepData]:
+        """Remove and return every open cell's accepted events, in cell order (a scale-out worker
+        hands them to the releaser; nothing is sealed here)."""
+        cells = sorted(self._buffers)
+        return [self._buffers.pop(c).data(c) for c in cells]
+
+    def add_rows(self, data: TimestepData) -> bool:
+        """Add already-accepted events of one cell (a scale-out worker decided inclusion by
+        :meth:`Grid.inclusion`); False, and nothing added, when the cell is already sealed."""
+        nxt = self.next_cell
+        if nxt is not None and data.cell < nxt:
+            return False
+        if not len(data):
+            return True
+        if self.first_cell is None:
+            self.first_cell = data.cell
+        tmax = float(np.max(data.time))
+        self.max_event_time = tmax if self.max_event_time is None else max(self.max_event_time, tmax)
+        self._buffers.setdefault(data.cell, _Buffer()).add(data.flat, data.time, data.user_id)
+        return True
+
     def put_back(self, data: TimestepData) -> None:
         """Undo :meth:`take` (when the step after it failed)."""
         if len(data):

@@ -37,6 +37,8 @@ FIELDS: dict[str, str] = {
     "kinds": "fresh/republished of those releases (public: in the release messages)",
     "journal_checkpoints": "checkpoints in the journal at start-up (operational)",
     "partitions": "number of input partitions assigned (configuration)",
+    "input_partitions": "number of input partitions a scale-out releaser waits for (topic metadata)",
+    "worker": "a scale-out worker's configured name (service.worker_id or the host name)",
     "resumed_from_offsets": "whether the start resumed from committed offsets (operational)",
     "partition": "the input partition of a record that could not be processed (operational)",
     "offset": "the offset of that record (operational; the record stays in the topic)",

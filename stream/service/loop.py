@@ -741,8 +741,21 @@ def run_service(
     finished = threading.Event()
     threading.Thread(target=_watchdog, args=(stop, finished, settings.service.shutdown_timeout.total_seconds()),
                      name="dpstream-watchdog", daemon=True).start()
-    service = Service(settings, metrics=metrics, health=health, stop=stop, failpoint=failpoints,
-                      max_timesteps=max_timesteps)
+    if settings.service.role == "worker":  # scale-out: no journal, no noise (stream/service/worker.py)
+        from stream.service.worker import run_worker
+
+        try:
+            return run_worker(settings, stop=stop, metrics=metrics, health=health, on_started=on_started)
+        finally:
+            finished.set()
+    if settings.service.role == "releaser":  # scale-out: the one process that releases
+        from stream.service.releaser import Releaser
+
+        service: Service = Releaser(settings, metrics=metrics, health=health, stop=stop, failpoint=failpoints,
+                                    max_timesteps=max_timesteps)
+    else:
+        service = Service(settings, metrics=metrics, health=health, stop=stop, failpoint=failpoints,
+                          max_timesteps=max_timesteps)
     server = None
     if http:
         server = HttpServer(make_app(metrics.registry, health, lambda: service.domain_bytes or None),

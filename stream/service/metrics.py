@@ -48,6 +48,7 @@ CLASSES: dict[str, str] = {
     "dpstream_dead_letters": "volume",
     "dpstream_late_events": "volume",
     "dpstream_arrived_after_seal": "volume",
+    "dpstream_shuffle_rows_after_seal": "volume",
     "dpstream_consumer_lag_records": "volume",
     "dpstream_step_duration_seconds": "health",
     "dpstream_seal_to_publish_seconds": "health",
@@ -90,6 +91,10 @@ class Metrics:
             "arrived_after_seal", "Late events whose own record time was within their timestep's deadline "
             "but that were read after it was released (broker clock behind the wall clock by more than "
             "stream.clock_skew); a subset of late_events.", namespace=ns, registry=r)
+        self.shuffle_after_seal = Counter(
+            "shuffle_rows_after_seal", "Scale-out releaser: rows a worker handed over for a timestep already "
+            "released (its partition's broker clock lagged by more than stream.clock_skew); dropped, like "
+            "arrived_after_seal in one process.", namespace=ns, registry=r)
         self.timesteps_sealed = Counter("timesteps_sealed", "Timesteps sealed (each gets exactly one release).",
                                         namespace=ns, registry=r)
         self.releases = Counter("releases", "Releases published, by kind (fresh | republished).", ["kind"],

@@ -1,0 +1,182 @@
+"""Scale-out by partitions (issue 12 item 3): workers in one consumer group and one releaser
+release exactly what one process releases from the same input and seed; a worker killed with
+SIGKILL mid-run, restarted, and a worker added mid-run change nothing; every timestep is
+released once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.kafka_harness import (  # noqa: F401
+    FAST_GROUP,
+    STEP,
+    InProcessService,
+    broker,
+    event,
+    heartbeat,
+    produce,
+    read_all,
+    releases_by_timestep,
+    service_config,
+    settings_from,
+    wait_for,
+    write_config,
+    zygote,
+)
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+
+
+def _input(rng: np.random.Generator, timesteps: int, people: int = 40) -> list[list[bytes]]:
+    """Per timestep, messages of events; people appear in several partitions (round robin), so
+    contribution bounding has to merge rows across workers."""
+    out = []
+    for t in range(timesteps):
+        msgs = []
+        for i in range(people * 2):
+            u = int(rng.integers(people))
+            msgs.append(json.dumps(event(f"p{u}", t, age=int(rng.integers(0, 90)), sex="MF"[u % 2],
+                                         offset=1.0 + i * 0.1)).encode())
+        out.append(msgs)
+    return out
+
+
+def _configs(bootstrap: str, tmp: Path, *, timesteps: int) -> tuple[dict, dict]:
+    """(single-process config, scale-out base config): same stream id, seed, input topic."""
+    single = service_config(bootstrap, tmp / "single", seed=11, kafka={"topic_partitions": PARTITIONS},
+                            release={"decision": "dsat"}, privacy={"horizon": timesteps, "cutoff": 4})
+    scaled = json.loads(json.dumps(single))
+    k = scaled["kafka"]
+    for topic in ("output_topic", "dead_letter_topic", "late_topic", "state_topic"):
+        k[topic] = k[topic] + ".scaled"
+    k["group_id"] = k["group_id"] + ".scaled"
+    scaled["service"]["state_dir"] = str(tmp / "releaser")
+    return single, scaled
+
+
+def _role(cfg: dict, role: str, worker_id: str | None = None) -> dict:
+    out = json.loads(json.dumps(cfg))
+    out["service"]["role"] = role
+    if worker_id:
+        out["service"]["worker_id"] = worker_id
+    return out
+
+
+def _feed(bootstrap: str, topic: str, chunks: list[list[bytes]]) -> None:
+    for msgs in chunks:
+        produce(bootstrap, topic, msgs, partitions=PARTITIONS)
+    heartbeat(bootstrap, topic, len(chunks), partitions=PARTITIONS)
+
+
+def _released(bootstrap: str, topic: str, timesteps: int) -> dict[int, set[bytes]]:
+    return releases_by_timestep(read_all(bootstrap, topic, isolation_level="read_committed", expect=timesteps + 1))
+
+
+def test_workers_and_releaser_release_what_one_process_releases(broker, tmp_path) -> None:  # noqa: F811
+    timesteps = 6
+    single, scaled = _configs(broker.bootstrap, tmp_path, timesteps=timesteps)
+    chunks = _input(np.random.default_rng(3), timesteps)
+    topic = single["kafka"]["input_topic"]
+    with InProcessService(settings_from(single)) as one:
+        _feed(broker.bootstrap, topic, chunks)
+        wait_for(lambda: one.published() >= timesteps, 60, what="single-process releases")
+    expected = _released(broker.bootstrap, single["kafka"]["output_topic"], timesteps)
+    assert sorted(expected) == list(range(timesteps))
+    with InProcessService(settings_from(_role(scaled, "releaser"))) as rel, \
+            InProcessService(settings_from(_role(scaled, "worker", "w1"))) as w1, \
+            InProcessService(settings_from(_role(scaled, "worker", "w2"))) as w2:
+        wait_for(lambda: rel.published() >= timesteps, 90, what="releases from the scaled-out stream")
+        assert w1.exit_code is None and w2.exit_code is None
+        accepted = w1.metric("dpstream_events_accepted_total") + w2.metric("dpstream_events_accepted_total")
+        assert accepted >= sum(len(c) for c in chunks)  # every event, read by some worker (the heartbeats too)
+        # the group split the partitions: both did work (each reads its own partitions)
+        assert w1.metric("dpstream_events_accepted_total") > 0 and w2.metric("dpstream_events_accepted_total") > 0
+    got = _released(broker.bootstrap, scaled["kafka"]["output_topic"], timesteps)
+    for t in range(timesteps):
+        assert len(got[t]) == 1, f"timestep {t} released {len(got[t])} times"
+        assert got[t] == expected[t], f"timestep {t}: the scaled-out release differs from one process's"
+
+
+def test_a_worker_killed_and_one_added_mid_run_change_nothing(broker, zygote, tmp_path) -> None:  # noqa: F811
+    """Real processes: two workers and the releaser; after a third of the input worker 1 is killed
+    with SIGKILL (its partitions move to worker 2), later restarted, and a third worker joins;
+    the releases equal the single process's, byte for byte, one per timestep."""
+    timesteps = 9
+    single, scaled = _configs(broker.bootstrap, tmp_path, timesteps=timesteps)
+    for cfg in (single, scaled):
+        cfg["service"]["commit_interval"] = "300ms"
+    chunks = _input(np.random.default_rng(5), timesteps)
+    topic = single["kafka"]["input_topic"]
+    with InProcessService(settings_from(single)) as one:
+        _feed(broker.bootstrap, topic, chunks)
+        wait_for(lambda: one.published() >= timesteps, 60, what="single-process releases")
+    expected = _released(broker.bootstrap, single["kafka"]["output_topic"], timesteps)
+
+    # a fresh input topic for the scaled-out run, fed while the workers come and go
+    scaled["kafka"]["input_topic"] = topic + ".live"
+    paths = {}
+    for name, cfg in (("releaser", _role(scaled, "releaser")), ("w1", _role(scaled, "worker", "w1")),
+                      ("w2", _role(scaled, "worker", "w2")), ("w3", _role(scaled, "worker", "w3"))):
+        paths[name] = write_config(cfg, tmp_path / f"{name}.yaml")
+    from stream.config import KafkaSection
+    from stream.service.kafka_io import ensure_topics
+
+    ensure_topics(KafkaSection(**scaled["kafka"]), {scaled["kafka"]["input_topic"]: PARTITIONS})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pids = {name: zygote.spawn(paths[name], logs / f"{name}.log") for name in ("releaser", "w1", "w2")}
+    live = scaled["kafka"]["input_topic"]
+    third = timesteps // 3
+    for msgs in chunks[:third]:
+        produce(broker.bootstrap, live, msgs, partitions=PARTITIONS)
+    time.sleep(4)  # the group forms (FAST_GROUP: ~3 s on the embedded broker) and work is in flight
+    import os
+
+    os.kill(pids["w1"], signal.SIGKILL)
+    assert zygote.wait(pids["w1"], 10) == -signal.SIGKILL
+    for msgs in chunks[third:2 * third]:
+        produce(broker.bootstrap, live, msgs, partitions=PARTITIONS)
+    pids["w1"] = zygote.spawn(paths["w1"], logs / "w1-again.log")
+    pids["w3"] = zygote.spawn(paths["w3"], logs / "w3.log")
+    for msgs in chunks[2 * third:]:
+        produce(broker.bootstrap, live, msgs, partitions=PARTITIONS)
+    heartbeat(broker.bootstrap, live, timesteps, partitions=PARTITIONS)
+    out = scaled["kafka"]["output_topic"]
+    deadline = time.monotonic() + 120
+    got: dict[int, set[bytes]] = {}
+    while time.monotonic() < deadline:
+        got = releases_by_timestep(read_all(broker.bootstrap, out, isolation_level="read_committed"))
+        if len(got) >= timesteps:
+            break
+        time.sleep(1)
+    for name, pid in pids.items():
+        os.kill(pid, signal.SIGTERM)
+        assert zygote.wait(pid, 30) == 0, (name, (logs / f"{name}.log").read_text()[-3000:])
+    assert sorted(got)[:timesteps] == list(range(timesteps)), sorted(got)
+    for t in range(timesteps):
+        assert len(got[t]) == 1, f"timestep {t} released {len(got[t])} different payloads"
+        assert got[t] == expected[t], f"timestep {t}: differs from the single process's release"
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"privacy": {"contribution_bound": 2}}, "privacy.contribution_bound: 1"),
+    ({"kafka": {"record_time": "watermark", "allow_data_dependent_inclusion": True},
+      "stream": {"idle_timeout": "1s", "clock_skew": "5s"}}, "needs record-time inclusion"),
+])
+def test_scale_out_refuses_what_it_cannot_keep_exact(tmp_path, change, words) -> None:
+    from stream.config import ConfigError
+
+    cfg = service_config("127.0.0.1:1", tmp_path, seed=1)
+    cfg["service"]["role"] = "worker"
+    for section, values in change.items():
+        cfg[section] = {**cfg[section], **values}
+    with pytest.raises((ConfigError, ValueError), match=words):
+        settings_from(cfg)
