@@ -78,7 +78,7 @@ def settings_dict(bootstrap: str, topic: str, state: str, grid: int, timesteps: 
 
 
 def produce(bootstrap: str, topic: str, *, events: int, people: int, grid: int, timesteps: int,
-            per_message: int) -> int:
+            per_message: int, partitions: int = 1) -> int:
     """Write the input topic; returns the number of records. Events are in time order, each
     record stamped with its timestep's start (monotone, like LogAppendTime)."""
     from kafka import KafkaProducer
@@ -97,17 +97,19 @@ def produce(bootstrap: str, topic: str, *, events: int, people: int, grid: int, 
                    f'{{"x":{(u * 31 + ts) % grid},"y":{(u * 17 + 3 * ts) % grid}}}}}')
         stamp = (T0 + STEP * ts) * 1000
         if len(buf) == per_message:
-            p.send(topic, (buf[0] if per_message == 1 else "[" + ",".join(buf) + "]").encode(), timestamp_ms=stamp)
+            p.send(topic, (buf[0] if per_message == 1 else "[" + ",".join(buf) + "]").encode(), timestamp_ms=stamp,
+                   partition=records % partitions)
             records += 1
             buf = []
     if buf:
-        p.send(topic, ("[" + ",".join(buf) + "]").encode(), timestamp_ms=stamp)
+        p.send(topic, ("[" + ",".join(buf) + "]").encode(), timestamp_ms=stamp, partition=records % partitions)
         records += 1
-    # the next timestep's first record: its record time completes the last timestep
+    # the next timestep's first record on every partition: its record time completes the last timestep
     end = T0 + STEP * timesteps
-    p.send(topic, json.dumps({"user_id": "next", "event_time": end + 1, "attributes": {"x": 0, "y": 0}}).encode(),
-           timestamp_ms=(end + 1) * 1000)
-    records += 1
+    for part in range(partitions):
+        p.send(topic, json.dumps({"user_id": "next", "event_time": end + 1, "attributes": {"x": 0, "y": 0}}).encode(),
+               timestamp_ms=(end + 1) * 1000, partition=part)
+        records += 1
     p.flush()
     p.close()
     return records
@@ -182,8 +184,137 @@ def run_service(cfg: dict[str, Any], timesteps: int) -> dict[str, Any]:
             "timesteps_sealed": count[0]}
 
 
+def run_scaled_member(spec: dict[str, Any]) -> dict[str, Any]:
+    """One process of a scaled-out run: a worker (until SIGTERM) or the releaser (until it has
+    released ``timesteps``). Prints ``ready`` once started; returns wall-clock marks (epoch
+    seconds, comparable across the processes of one machine)."""
+    import signal
+    import threading
+
+    from stream.config import load_settings
+    from stream.service.http import Health
+    from stream.service.loop import run_service as run
+    from stream.service.metrics import Metrics
+
+    settings = load_settings(None, **spec["config"])
+    metrics, stop, marks = Metrics(), threading.Event(), {}
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if spec["kind"] == "releaser":
+        sealed, original = metrics.timesteps_sealed, metrics.timesteps_sealed.inc
+        count = [0]
+
+        def inc(amount: float = 1) -> None:
+            original(amount)
+            count[0] += int(amount)
+            if count[0] >= spec["timesteps"] and "end" not in marks:
+                marks["end"] = time.time()
+                stop.set()
+
+        sealed.inc = inc  # type: ignore[method-assign]
+    else:
+        from stream.service import worker as worker_module
+
+        original_ingest = worker_module.Worker._ingest
+
+        def ingest(self: Any, batch: Any) -> None:
+            if batch and "first" not in marks:
+                marks["first"] = time.time()
+            original_ingest(self, batch)
+            marks["last"] = time.time()
+
+        worker_module.Worker._ingest = ingest  # type: ignore[method-assign]
+
+    def on_started(*_: Any) -> None:
+        print("ready", flush=True)
+
+    code = run(settings, stop=stop, metrics=metrics, health=Health(), install_signals=False, http=False,
+               on_started=on_started)
+    return {"exit_code": code, **marks, "cpu_s": time.process_time(),
+            "events_accepted": metrics.registry.get_sample_value("dpstream_events_accepted_total") or 0.0}
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) a process has used so far (Linux /proc)."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scaled(bootstrap: str, tmp: str, topic: str, records_events: int, workers: int, args: argparse.Namespace,
+           cores: list[int], broker_pid: int | None = None) -> dict[str, Any]:
+    """Workers (each pinned to its own core, round robin) and a releaser over ``topic``: events per
+    second from the first record any worker read to the releaser's last release."""
+    base = settings_dict(bootstrap, topic, f"{tmp}/scaled-{workers}-{uuid.uuid4().hex[:6]}", args.grid, args.timesteps)
+    base["kafka"].update({"max_poll_interval_ms": 3000, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000})
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+    def spawn(kind: str, cfg: dict[str, Any], cpu: int | None) -> subprocess.Popen:
+        spec = {"kind": kind, "config": cfg, "timesteps": args.timesteps}
+        pre = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+        log = Path(cfg["service"]["state_dir"] + f"-{kind}-{cfg['service'].get('worker_id', '')}.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],  # noqa: S603
+                                stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env=env,
+                                preexec_fn=pre)  # noqa: PLW1509
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        if line.strip() != "ready":
+            raise RuntimeError(f"{kind} did not start: {line}{log.read_text()[-2000:]}")
+        return proc
+
+    broker_cpu0 = process_cpu_s(broker_pid)
+    releaser = spawn("releaser", {**base, "service": {**base["service"], "role": "releaser"}}, None)
+    members = [spawn("worker", {**base, "service": {**base["service"], "role": "worker", "worker_id": f"w{i}"}},
+                     cores[i % len(cores)]) for i in range(workers)]
+    out, _ = releaser.communicate(timeout=300)
+    rel = json.loads(out.strip().splitlines()[-1])
+    results = []
+    for proc in members:
+        proc.send_signal(15)
+        out, err = proc.communicate(timeout=60)
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    first = min(r["first"] for r in results if "first" in r)
+    return {"workers": workers, "wall_s": rel["end"] - first, "events_per_s": round(records_events / (rel["end"] - first)),
+            "events_per_worker": [r["events_accepted"] for r in results],
+            # process CPU seconds (start-up included): which process was busy all along
+            "cpu_s": {"releaser": round(rel["cpu_s"], 2), "workers": [round(r["cpu_s"], 2) for r in results],
+                      "broker": round(process_cpu_s(broker_pid) - broker_cpu0, 2)},
+            "releases_read_back": released(bootstrap, base["kafka"]["output_topic"])}
+
+
+def scale_out(bootstrap: str, tmp: str, args: argparse.Namespace, broker_pid: int | None = None) -> dict[str, Any]:
+    """500-event messages over ``--partitions`` partitions; per worker count, ``--repeats`` runs."""
+    from stream.config import KafkaSection
+    from stream.service.kafka_io import ensure_topics
+
+    topic = f"bench-{uuid.uuid4().hex[:8]}.scaled"
+    ensure_topics(KafkaSection(bootstrap_servers=bootstrap), {topic: args.partitions})
+    records = produce(bootstrap, topic, events=args.events, people=args.people, grid=args.grid,
+                      timesteps=args.timesteps, per_message=500, partitions=args.partitions)
+    cores = sorted(os.sched_getaffinity(0) | {args.cpu})
+    counts = [int(w) for w in args.workers.split(",")]
+    runs: dict[int, list[dict[str, Any]]] = {w: [] for w in counts}
+    for r in range(args.repeats):
+        for w in (counts if r % 2 == 0 else counts[::-1]):
+            res = scaled(bootstrap, tmp, topic, args.events + args.partitions, w, args, cores, broker_pid)
+            runs[w].append(res)
+            print("scale_out", json.dumps(res), file=sys.stderr, flush=True)
+    med = {w: statistics.median(x["events_per_s"] for x in runs[w]) for w in counts}
+    out: dict[str, Any] = {"partitions": args.partitions, "records": records, "cores": len(cores),
+                           "events_per_s": {str(w): round(v) for w, v in med.items()}, "runs": {str(w): runs[w] for w in counts}}
+    if len(counts) > 1:
+        out["speedup"] = round(med[counts[-1]] / med[counts[0]], 3)
+    return out
+
+
 def child(args: argparse.Namespace) -> int:
     spec = json.loads(args.child)
+    if spec["kind"] in ("worker", "releaser"):
+        out = run_scaled_member(spec)
+        out["peak_rss_mb"] = peak_rss_mb()
+        print(json.dumps(out))
+        return 0
     if spec["kind"] == "service":
         out = run_service(spec["config"], spec["timesteps"])
     else:
@@ -279,6 +410,8 @@ def main() -> int:
     ap.add_argument("--shapes", default="batch_500,single_event")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)), help="the core every measured run is pinned to")
+    ap.add_argument("--workers", default="", help="also run the scale-out path with these worker counts (e.g. 1,2)")
+    ap.add_argument("--partitions", type=int, default=4, help="input partitions of the scale-out topic")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -296,8 +429,10 @@ def main() -> int:
             os.sched_setaffinity(0, others)  # the driver and the broker it starts stay off the measured core
         with EmbeddedBroker.start() as broker:
             shapes = {"batch_500": 500, "single_event": 1}
-            for name in args.shapes.split(","):
+            for name in [s for s in args.shapes.split(",") if s.strip()]:
                 out[name.strip()] = shape(broker.bootstrap, tmp, name.strip(), shapes[name.strip()], args)
+            if args.workers:
+                out["scale_out"] = scale_out(broker.bootstrap, tmp, args, broker.process.pid)
     out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(out, indent=2))
     return 0

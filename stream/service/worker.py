@@ -33,6 +33,7 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
 from stream.config import Settings
 from stream.ingest.events import EventDecoder, Rejections
+from stream.ingest.windowing import TimestepData
 from stream.pipeline import ReleasePipeline
 from stream.service.http import Health
 from stream.service.kafka_io import (
@@ -87,6 +88,7 @@ class Worker:
         self.consumer: Any = None
         self.producer: Any = None
         self._last = time.monotonic()
+        self._dirty = False
 
     # -- group membership ------------------------------------------------------------
     def revoked(self, parts: set[int]) -> None:
@@ -154,7 +156,11 @@ class Worker:
                 continue
             if batch:
                 self._ingest(batch)
-            if time.monotonic() - self._last >= interval and self.owned:
+                self._dirty = True
+            # every commit_interval, and at once when a poll comes back empty (caught up: hand over
+            # what was read now, as the single process publishes promptly once caught up)
+            due = time.monotonic() - self._last >= interval or (not batch and self._dirty)
+            if due and self.owned:
                 self._commit()
         if self.owned:
             self._commit()
@@ -231,23 +237,42 @@ class Worker:
         owned = sorted(self.owned)
         # rows of every owned partition, merged by cell (the releaser merges people across
         # partitions anyway): they ride in the first record, before every partition's frontier
-        cells = tuple(self.pipeline.window.drain())
-        records = []
-        for i, p in enumerate(owned):
-            rec = ShuffleRecord(p, self._frontier(p, now), cells if i == 0 else ())
-            records.append(OutRecord(self.shuffle, str(p).encode(), encode(rec)))
+        records = [OutRecord(self.shuffle, str(owned[0]).encode(), value)
+                   for value in self._row_records(owned[0], self.pipeline.window.drain())]
+        for p in owned:  # after the rows: a frontier never overtakes the rows it covers
+            records.append(OutRecord(self.shuffle, str(p).encode(), encode(ShuffleRecord(p, self._frontier(p, now), ()))))
         records.extend(self.outputs)
         offsets = {TopicPartition(self.topic, p): self.positions[p] for p in owned if p in self.positions}
         try:
             self._transaction(records, offsets)
         except KafkaIOError as err:
+            if not err.retriable:  # the same records would fail again: stop, say why
+                raise
             log(_log, logging.WARNING, "transaction failed; re-reading from the committed offsets", error=str(err))
             self._reset_producer()
             self._discard_uncommitted()
             return
         self.outputs = []
         self._last = time.monotonic()
+        self._dirty = False
         self.metrics.transactions.labels("committed").inc()
+
+    def _row_records(self, partition: int, cells: list[Any]) -> list[bytes]:
+        """The rows as shuffle records that each fit the producer's request size (halving a
+        piece until it does): a busy second of input is many records, never one refused one."""
+        limit = dead_letter_limit(self.settings.kafka.max_request_size)
+        out: list[bytes] = []
+        pending = list(cells)
+        while pending:
+            data = pending.pop()
+            value = encode(ShuffleRecord(partition, None, (data,)))
+            if len(value) <= limit or len(data) <= 1:
+                out.append(value)
+                continue
+            half = len(data) // 2
+            pending.append(TimestepData(data.cell, data.flat[half:], data.time[half:], data.user_id.slice(half)))
+            pending.append(TimestepData(data.cell, data.flat[:half], data.time[:half], data.user_id.slice(0, half)))
+        return out
 
     def _transaction(self, records: list[OutRecord], offsets: dict[TopicPartition, int]) -> None:
         from kafka.structs import OffsetAndMetadata
