@@ -1,10 +1,13 @@
 """The records scale-out workers hand the releaser (``kafka.shuffle_topic``).
 
-One record per input partition per worker transaction: the rows the worker accepted from that
-partition since its last transaction, grouped by timestep cell, and the partition's completeness
-frontier (the record time it is known to be past). Key: the partition number. JSON (msgspec):
+One record per input partition per worker transaction (and as many row records as the rows
+need to fit ``kafka.max_request_size``): rows the worker accepted, grouped by timestep cell, and
+the partition's completeness frontier (the record time it is known to be past). Key: the
+partition number. MessagePack (msgspec) with the columns as raw little-endian buffers, so the
+releaser reads them without a Python object per row:
 
-``{"p": 3, "frontier": 1704067321.5, "cells": [[cell, [bin, …], [event time, …], [person, …]], …]}``
+``{"p": 3, "frontier": 1704067321.5 | null, "cells": [[cell, flat int64 LE bytes, event time
+float64 LE bytes, person offsets int32 LE bytes, person UTF-8 bytes], …]}``
 
 Raw per-person rows: the shuffle topic is internal and must be protected like the input topic
 (``docs/privacy.md`` §9). Inclusion was decided by the worker from each event's own fields
@@ -32,14 +35,15 @@ def shuffle_topic(settings: object) -> str:
     return k.shuffle_topic or f"{k.input_topic}.{settings.stream.id}.shuffle"  # type: ignore[attr-defined]
 
 
-class _Wire(msgspec.Struct, forbid_unknown_fields=True):
+class _Wire(msgspec.Struct, forbid_unknown_fields=True, array_like=True):
     p: int
     frontier: float | None
-    cells: list[tuple[int, list[int], list[float], list[str]]]
+    cells: list[tuple[int, bytes, bytes, bytes, bytes]]
 
 
-_ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder(_Wire)
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(_Wire)
+_I8, _F8, _I4 = np.dtype("<i8"), np.dtype("<f8"), np.dtype("<i4")
 
 
 @dataclass(frozen=True)
@@ -52,20 +56,41 @@ class ShuffleRecord:
     cells: tuple[TimestepData, ...]
 
 
+def _strings(users: pa.Array) -> tuple[bytes, bytes]:
+    """(int32 offsets from 0, UTF-8 data) of a string array (no nulls: person keys are valid)."""
+    arr = users.cast(pa.string()) if users.type != pa.string() else users
+    if arr.null_count:
+        raise ValueError("a shuffle row without a person key")
+    offsets = np.frombuffer(arr.buffers()[1], dtype=_I4)[arr.offset:arr.offset + len(arr) + 1]
+    data = arr.buffers()[2]
+    start, end = int(offsets[0]), int(offsets[-1])
+    body = b"" if data is None else data.to_pybytes()[start:end]
+    return (offsets - start).astype(_I4).tobytes(), body
+
+
 def encode(record: ShuffleRecord) -> bytes:
     f = record.frontier
-    wire = _Wire(record.partition, None if f is None or not math.isfinite(f) else float(f),
-                 [(d.cell, d.flat.tolist(), d.time.tolist(), d.user_id.to_pylist()) for d in record.cells])
-    return _ENCODER.encode(wire)
+    cells = []
+    for d in record.cells:
+        offsets, body = _strings(d.user_id)
+        cells.append((int(d.cell), np.ascontiguousarray(d.flat, dtype=_I8).tobytes(),
+                      np.ascontiguousarray(d.time, dtype=_F8).tobytes(), offsets, body))
+    return _ENCODER.encode(_Wire(record.partition, None if f is None or not math.isfinite(f) else float(f), cells))
 
 
 def decode(value: bytes) -> ShuffleRecord:
-    """Raises ``msgspec.DecodeError`` (a ValueError) on anything that is not a shuffle record."""
+    """Raises ``msgspec.DecodeError`` or ValueError on anything that is not a well-formed shuffle record."""
     w = _DECODER.decode(value)
     cells = []
-    for cell, flat, time, users in w.cells:
-        if not len(flat) == len(time) == len(users):
-            raise msgspec.ValidationError(f"shuffle cell {cell} has columns of different lengths")
-        cells.append(TimestepData(int(cell), np.asarray(flat, dtype=np.int64), np.asarray(time, dtype=np.float64),
-                                  pa.array(users, type=pa.string())))
+    for cell, flat_b, time_b, off_b, body in w.cells:
+        flat = np.frombuffer(flat_b, dtype=_I8).astype(np.int64)
+        time = np.frombuffer(time_b, dtype=_F8).astype(np.float64)
+        offsets = np.frombuffer(off_b, dtype=_I4)
+        n = flat.size
+        if time.size != n or offsets.size != n + 1 or (n and (offsets[0] != 0 or offsets[-1] != len(body)
+                                                          or np.any(np.diff(offsets) < 0))):
+            raise ValueError(f"shuffle cell {cell} has inconsistent columns")
+        users = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(body)])
+        users.validate(full=True)  # UTF-8 checked: a corrupt record is refused, not half-read
+        cells.append(TimestepData(int(cell), flat, time, users))
     return ShuffleRecord(w.p, w.frontier, tuple(cells))
