@@ -227,8 +227,17 @@ def run_scaled_member(spec: dict[str, Any]) -> dict[str, Any]:
     def on_started(*_: Any) -> None:
         print("ready", flush=True)
 
+    profile_to = os.environ.get("BENCH_PROFILE_DIR")  # cProfile each member into this directory
+    if profile_to:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
     code = run(settings, stop=stop, metrics=metrics, health=Health(), install_signals=False, http=False,
                on_started=on_started)
+    if profile_to:
+        prof.disable()
+        prof.dump_stats(f"{profile_to}/{spec['kind']}-{settings.service.worker_id or ''}-{os.getpid()}.prof")
     return {"exit_code": code, **marks, "cpu_s": time.process_time(),
             "events_accepted": metrics.registry.get_sample_value("dpstream_events_accepted_total") or 0.0}
 
