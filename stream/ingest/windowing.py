@@ -167,22 +167,38 @@ class TimestepData:
         """
         if not len(self):
             return np.zeros(bins, dtype=np.int64)
+        keep = self._kept(per_person)
+        return count_bins(self.flat if keep is None else self.flat[keep], bins)
+
+    def bounded(self, per_person: int = 1) -> TimestepData:
+        """The rows :meth:`counts` counts (each person's ``per_person`` smallest (event time,
+        bin) rows), as a smaller :class:`TimestepData`. Bounding a union of bounded parts gives
+        the same counts as bounding the union (a person's smallest rows overall are among
+        each part's smallest), which is what lets scale-out workers bound before handing over."""
+        keep = None if not len(self) else self._kept(per_person)
+        if keep is None:
+            return self
+        return TimestepData(self.cell, self.flat[keep], self.time[keep], self.user_id.take(pa.array(keep)))
+
+    def _kept(self, per_person: int) -> np.ndarray | None:
+        """Indexes of the rows kept by contribution bounding, in row order; None: all of them."""
         # only events sharing a user-id hash with another event can belong to a person with
         # several events (stream.ingest.people); the exact grouping runs on those alone
         shared = np.flatnonzero(shared_hash_rows(person_hashes(self.user_id)))
         if not shared.size:  # everyone once: nothing to bound
-            return count_bins(self.flat, bins)
+            return None
         enc = pc.dictionary_encode(self.user_id.take(pa.array(shared)))
         codes = enc.indices.to_numpy(zero_copy_only=False)
         per_user = np.bincount(codes, minlength=len(enc.dictionary))
         multi = per_user[codes] > per_person
         if not multi.any():
-            return count_bins(self.flat, bins)
+            return None
         single = np.ones(len(self), dtype=bool)
         idx = shared[multi]
         single[idx] = False
         keep = bound_contributions(codes[multi], self.flat[idx], self.time[idx], per_person)
-        return count_bins(np.concatenate([self.flat[single], self.flat[idx[keep]]]), bins)
+        single[idx[keep]] = True
+        return np.flatnonzero(single)
 
 
 class _Buffer:

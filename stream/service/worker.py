@@ -237,8 +237,11 @@ class Worker:
         owned = sorted(self.owned)
         # rows of every owned partition, merged by cell (the releaser merges people across
         # partitions anyway): they ride in the first record, before every partition's frontier
+        # each person's smallest row per timestep only (contribution_bound is 1 with scale-out):
+        # exact, since the releaser's bound over all parts picks the smallest of these
+        cells = [d.bounded(1) for d in self.pipeline.window.drain()]
         records = [OutRecord(self.shuffle, str(owned[0]).encode(), value)
-                   for value in self._row_records(owned[0], self.pipeline.window.drain())]
+                   for value in self._row_records(owned[0], cells)]
         for p in owned:  # after the rows: a frontier never overtakes the rows it covers
             records.append(OutRecord(self.shuffle, str(p).encode(), encode(ShuffleRecord(p, self._frontier(p, now), ()))))
         records.extend(self.outputs)
