@@ -335,6 +335,10 @@ class KafkaSection(_Section):
     topic_partitions: int = 1
     replication_factor: int = 1
     max_poll_records: int = 2000
+    #: bytes one fetch may return per partition (kafka-python's default is 1 MiB: one round trip
+    #: per ~13 500-event messages, which left scale-out workers waiting on fetches; see
+    #: docs/scale-out.md). Memory: up to this much buffered per assigned partition.
+    max_partition_fetch_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_poll_interval_ms: int = 300_000
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 3_000
