@@ -147,7 +147,9 @@ class Grid:
 
 @dataclass(frozen=True, eq=False)
 class TimestepData:
-    """The buffered events of one cell: raw data, never to leave the process."""
+    """The buffered events of one cell: raw data. It leaves the process only as the journal's
+    open-timestep buffers and, with scale-out, a worker's shuffle records to the releaser: both
+    internal, protected like the input (``docs/privacy.md`` §9)."""
 
     cell: int
     flat: np.ndarray
