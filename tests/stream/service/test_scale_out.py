@@ -80,16 +80,22 @@ def _released(bootstrap: str, topic: str, timesteps: int) -> dict[int, set[bytes
     return releases_by_timestep(read_all(bootstrap, topic, isolation_level="read_committed", expect=timesteps + 1))
 
 
+def _one_process(bootstrap: str, single: dict, chunks: list[list[bytes]]) -> dict[int, set[bytes]]:
+    """Feed the input (and the heartbeats) and release it with one process: the reference."""
+    timesteps = len(chunks)
+    with InProcessService(settings_from(single)) as one:
+        _feed(bootstrap, single["kafka"]["input_topic"], chunks)
+        wait_for(lambda: one.published() >= timesteps, 60, what="single-process releases")
+    expected = _released(bootstrap, single["kafka"]["output_topic"], timesteps)
+    assert sorted(expected) == list(range(timesteps))
+    return expected
+
+
 def test_workers_and_releaser_release_what_one_process_releases(broker, tmp_path) -> None:  # noqa: F811
     timesteps = 6
     single, scaled = _configs(broker.bootstrap, tmp_path, timesteps=timesteps)
     chunks = _input(np.random.default_rng(3), timesteps)
-    topic = single["kafka"]["input_topic"]
-    with InProcessService(settings_from(single)) as one:
-        _feed(broker.bootstrap, topic, chunks)
-        wait_for(lambda: one.published() >= timesteps, 60, what="single-process releases")
-    expected = _released(broker.bootstrap, single["kafka"]["output_topic"], timesteps)
-    assert sorted(expected) == list(range(timesteps))
+    expected = _one_process(broker.bootstrap, single, chunks)
     with InProcessService(settings_from(_role(scaled, "releaser"))) as rel, \
             InProcessService(settings_from(_role(scaled, "worker", "w1"))) as w1, \
             InProcessService(settings_from(_role(scaled, "worker", "w2"))) as w2:
@@ -114,11 +120,8 @@ def test_a_worker_killed_and_one_added_mid_run_change_nothing(broker, zygote, tm
     for cfg in (single, scaled):
         cfg["service"]["commit_interval"] = "300ms"
     chunks = _input(np.random.default_rng(5), timesteps)
+    expected = _one_process(broker.bootstrap, single, chunks)
     topic = single["kafka"]["input_topic"]
-    with InProcessService(settings_from(single)) as one:
-        _feed(broker.bootstrap, topic, chunks)
-        wait_for(lambda: one.published() >= timesteps, 60, what="single-process releases")
-    expected = _released(broker.bootstrap, single["kafka"]["output_topic"], timesteps)
 
     # a fresh input topic for the scaled-out run, fed while the workers come and go
     scaled["kafka"]["input_topic"] = topic + ".live"
