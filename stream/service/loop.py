@@ -744,10 +744,20 @@ def run_service(
     if settings.service.role == "worker":  # scale-out: no journal, no noise (stream/service/worker.py)
         from stream.service.worker import run_worker
 
+        # /metrics, /healthz, /readyz as for any process (a worker publishes no domain: /domain 404s)
+        worker_server = HttpServer(make_app(metrics.registry, health, lambda: None), settings.service.http_host,
+                                   settings.service.http_port).start() if http else None
+
+        def started(worker: Any, _server: Any) -> None:
+            if on_started is not None:
+                on_started(worker, worker_server)
+
         try:
-            return run_worker(settings, stop=stop, metrics=metrics, health=health, on_started=on_started)
+            return run_worker(settings, stop=stop, metrics=metrics, health=health, on_started=started)
         finally:
             finished.set()
+            if worker_server is not None:
+                worker_server.stop()
     if settings.service.role == "releaser":  # scale-out: the one process that releases
         from stream.service.releaser import Releaser
 

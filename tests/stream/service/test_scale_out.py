@@ -105,6 +105,13 @@ def test_workers_and_releaser_release_what_one_process_releases(broker, tmp_path
         assert accepted >= sum(len(c) for c in chunks)  # every event, read by some worker (the heartbeats too)
         # the group split the partitions: both did work (each reads its own partitions)
         assert w1.metric("dpstream_events_accepted_total") > 0 and w2.metric("dpstream_events_accepted_total") > 0
+        # workers serve metrics and health like any process
+        from urllib.request import urlopen
+
+        with urlopen(f"{w1.server.url}/metrics", timeout=5) as r:  # noqa: S310 - loopback test server
+            assert b"dpstream_events_accepted_total" in r.read()
+        with urlopen(f"{w2.server.url}/readyz", timeout=5) as r:  # noqa: S310
+            assert r.status == 200
     got = _released(broker.bootstrap, scaled["kafka"]["output_topic"], timesteps)
     for t in range(timesteps):
         assert len(got[t]) == 1, f"timestep {t} released {len(got[t])} times"
