@@ -46,11 +46,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from stream.ingest.events import EventBatch, Rejection, Rejections, parse_times
+from stream.ingest.events import KEY_USER_ID, EventBatch, Rejection, Rejections, parse_times
 
 __all__ = ["CsvError", "CsvBlock", "EventCsvReader", "read_events", "read_counts", "read_header"]
 
 DEFAULT_BLOCK_SIZE = 4 << 20  # measured: larger blocks cost memory (pyarrow reads ahead) and speed
+
+
+def key_user_id_in_csv(path: object) -> str:
+    """What to do when a CSV is read with ``schema.user_id: "@key"`` (a Kafka-only setting)."""
+    return (f"{path}: schema.user_id is \"@key\", which takes each event's person from its Kafka record key, "
+            "and a CSV file has no record keys. For replay and evaluate, point schema.user_id at the CSV column "
+            "that holds the person (e.g. DPSTREAM_SCHEMA__USER_ID=person_id dpstream replay …)")
 
 
 class CsvError(ValueError):
@@ -171,6 +178,8 @@ class EventCsvReader:
         if not self.path.is_file():
             raise CsvError(f"input file {self.path} does not exist")
         schema = settings.schema_
+        if schema.user_id == KEY_USER_ID:
+            raise CsvError(key_user_id_in_csv(self.path))
         self.user_col = schema.user_id
         self.time_col = schema.event_time
         self.arrival_col = schema.arrival_time

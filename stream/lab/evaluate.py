@@ -49,6 +49,7 @@ from controller.method import METHODS
 from histogram.noise import Randomness
 from histogram.postprocess import POSTPROCESSORS, postprocess
 from stream.config import ConfigError, Settings
+from stream.ingest.events import KEY_USER_ID
 from stream.lab.metrics import ErrorAccumulator, Workload, summarise
 
 __all__ = [
@@ -439,13 +440,15 @@ def evaluate(
 
 def sniff_kind(path: str | Path, settings: Settings) -> str:
     """``events`` when the header names the user-id and event-time columns, else ``counts``."""
-    from stream.ingest.csvio import CsvError, read_header
+    from stream.ingest.csvio import CsvError, key_user_id_in_csv, read_header
 
     try:
         cols = set(read_header(path))
     except CsvError as exc:
         raise InputError(str(exc)) from None
     schema = settings.schema_
+    if schema.user_id == KEY_USER_ID and schema.event_time in cols:
+        raise InputError(key_user_id_in_csv(path))
     return "events" if {schema.user_id, schema.event_time} <= cols else "counts"
 
 

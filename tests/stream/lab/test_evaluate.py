@@ -380,3 +380,16 @@ def test_postprocessed_variant_is_never_worse_and_helps_a_sparse_stream():
         assert m[f"{base}+nonnegative"]["mae"] < m[base]["mae"]
     with pytest.raises(EvaluationError, match="unknown post-processor"):
         parse_methods("dsat+smooth")
+
+
+def test_person_from_record_key_is_refused_for_csv_input(tmp_path, cli, capsys):
+    """schema.user_id "@key" exists only on Kafka: replay and evaluate say so and what to set."""
+    cfg = _config(horizon=6, cutoff=2)
+    cfg["schema"]["user_id"] = "@key"
+    path = _write_config(tmp_path / "c.yaml", cfg)
+    data = tmp_path / "e.csv"
+    data.write_text("uid,ts,a,b\n" + "\n".join(_good_rows()) + "\n")
+    assert cli(["evaluate", "--config", str(path), "--input", str(data), "--runs", "1", "--progress", "off"]) == 2
+    assert cli(["replay", "--config", str(path), "--input", str(data), "--output", str(tmp_path / "o.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("a CSV file has no record keys") == 2 and "DPSTREAM_SCHEMA__USER_ID" in err
