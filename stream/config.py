@@ -361,6 +361,10 @@ class ServiceSection(_Section):
     #: the population ledger file shared by the streams of a ``privacy.shared_population``
     #: (default ``<state_dir>/populations.json``; streams of one population must point at one file)
     population_ledger: str | None = None
+    #: compact the privacy journal once it exceeds this many bytes (default: automatic,
+    #: max(1 MiB, 4 × its size right after the last compaction), so disk and restart time stay
+    #: bounded by one snapshot; 0 compacts after every checkpoint)
+    journal_compact_bytes: int | None = Field(default=None, ge=0)
 
     @field_validator("commit_interval", "poll_timeout", "shutdown_timeout")
     @classmethod

@@ -70,6 +70,8 @@ from stream.messages import parse_message
 from stream.pipeline import JOURNAL_VERSION, ReleasePipeline, SealedRelease
 from stream.service.http import Health, HttpServer, make_app
 from stream.service.journal import (
+    COMPACTION_POINTS,
+    INDEX_KEEP,
     Checkpoint,
     Journal,
     JournaledOutput,
@@ -100,6 +102,8 @@ __all__ = ["Service", "run_service", "Failpoints", "FAILPOINTS", "EXIT_OK", "EXI
 
 INTERNAL_ERROR = "internal_error"  # dead-letter reason for a message the decoder itself failed on
 FAILPOINTS = ("after_noise", "after_journal", "mid_produce", "after_produce_before_commit")
+#: kill points inside a journal compaction (after the checkpoint committed: nothing to re-send)
+COMPACTION_FAILPOINTS = COMPACTION_POINTS
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 LAG_INTERVAL_S = 5.0
 MAX_RELEASES_PER_CHECKPOINT = 100
@@ -117,8 +121,9 @@ class Failpoints:
             if not part.strip():
                 continue
             name, _, nth = part.strip().partition(":")
-            if name not in FAILPOINTS:
-                raise ValueError(f"unknown failpoint {name!r}; choose from {', '.join(FAILPOINTS)}")
+            if name not in FAILPOINTS + COMPACTION_FAILPOINTS:
+                raise ValueError(f"unknown failpoint {name!r}; choose from "
+                                 f"{', '.join(FAILPOINTS + COMPACTION_FAILPOINTS)}")
             self._targets[name] = int(nth or 1)
 
     def wants(self, name: str) -> bool:
@@ -259,7 +264,10 @@ class Service:
         self.reader = InputReader(k, k.input_topic, slack_s=s.stream.allowed_lateness.total_seconds() / 2)
         self.health.set(False, "recovering")
         state_dir = s.service.state_dir
-        journal = Journal.open(state_dir, self.stream_id) if Journal.exists(state_dir, self.stream_id) else None
+        # release digests kept for the start-up check must cover the output tail it reads (bounded memory)
+        keep = max(INDEX_KEEP, k.startup_tail_records + 2 * MAX_RELEASES_PER_CHECKPOINT)
+        journal = (Journal.open(state_dir, self.stream_id, index_keep=keep)
+                   if Journal.exists(state_dir, self.stream_id) else None)
         try:
             plan = self._plan(journal)
         except BaseException:
@@ -268,7 +276,8 @@ class Service:
             raise
         if journal is None:
             journal = Journal.create(state_dir, self.stream_id, fingerprint=self.fingerprint,
-                                     privacy_view=s.privacy_view())
+                                     privacy_view=s.privacy_view(), index_keep=keep)
+        journal.failpoint = self.failpoint
         if journal.last_seq == 0:  # nothing published yet: the stream's first checkpoint carries its domain
             self.pending.outputs.append(JournaledOutput("domain", self.stream_id.encode(), self.domain_bytes))
         self.journal = journal
@@ -335,7 +344,7 @@ class Service:
     def _recall(self, index: int) -> dict[str, Any] | None:
         """Pipeline hook: a timestep the journal already has is re-sent, never stepped again."""
         journal = self.journal
-        if journal is None or index not in journal.index:
+        if journal is None or not journal.knows(index):
             return None
         for r in journal.last.releases if journal.last else ():
             if r.timestep == index and r.cell is not None:
@@ -587,7 +596,7 @@ class Service:
             # no per-checkpoint late or dead-letter counts: raw per-timestep figures (docs/privacy.md §9)
             log(_log, logging.INFO, "released", timesteps=[r.timestep for r in releases][:8],
                 kinds=sorted({r.kind for r in releases}), checkpoint=cp.seq)
-        if self.journal.maybe_compact():
+        if self.journal.maybe_compact(self.settings.service.journal_compact_bytes):
             log(_log, logging.INFO, "compacted the journal", size_bytes=self.journal.size)
         m.journal_bytes.set(self.journal.size)
         return True
