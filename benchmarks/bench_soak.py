@@ -48,8 +48,6 @@ import tempfile
 import threading
 import time
 import tracemalloc
-from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,124 +59,14 @@ from stream.config import load_settings  # noqa: E402
 from stream.service.http import Health  # noqa: E402
 from stream.service.journal import journal_path  # noqa: E402
 from stream.service.metrics import Metrics  # noqa: E402
+from stream.service.testing import FakeKafka, fake_kafka_parts  # noqa: E402
 
 START = 1_700_000_000.0  # stream.start (on the 1 s grid), epoch seconds
 
 
-@dataclass(frozen=True)
-class _Record:
-    offset: int
-    value: bytes
-    key: bytes | None
-    timestamp: int  # ms (LogAppendTime)
-
-
-class FakeKafka:
-    """What the broker would remember between service runs: marker, offsets, output tail."""
-
-    def __init__(self, events_per_step: int, bins: int, tail: int) -> None:
-        self.events = events_per_step
-        self.bins = bins
-        self.marker: int | None = None
-        self.committed: dict[int, int | None] = {0: None}
-        self.tail: deque[tuple[int, bytes | None, bytes]] = deque(maxlen=tail)
-        self.available = 0  # offsets produced so far (input "arrives" one timestep per poll)
-
-    def payload(self, offset: int) -> bytes:
-        step, j = divmod(offset, self.events)
-        t = START + step + (j + 0.5) / (self.events + 1)
-        if self.bins == 10:
-            attrs = f'{{"x": {(offset * 7) % 100}}}'
-        else:
-            attrs = f'{{"x": {(offset * 7) % 64}, "y": {(offset * 13) % 64}}}'
-        return (f'{{"user_id": "u{offset % 997}", "event_time": {t:.6f}, "attributes": {attrs}}}').encode()
-
-    def stamp_ms(self, offset: int) -> int:
-        step, j = divmod(offset, self.events)
-        return int(round((START + step + (j + 0.5) / (self.events + 1)) * 1000))
-
-
-class FakeReader:
-    partitions = [0]
-    group_metadata = None
-    control = None
-
-    def __init__(self, kafka: FakeKafka) -> None:
-        self.kafka = kafka
-        self.pos = 0
-
-    def seek(self, positions: dict[int, int]) -> None:
-        self.pos = positions.get(0, 0)
-
-    def observe(self, partition: int, max_event_time: float) -> None:
-        pass
-
-    def poll(self, timeout_s: float, max_records: int, positions: dict[int, int]) -> list[tuple[int, list[Any]]]:
-        k = self.kafka
-        pos = positions.get(0, self.pos)
-        if pos >= k.available:
-            k.available = pos + k.events  # the next timestep's events arrive
-        end = min(k.available, pos + max_records)
-        recs = [_Record(o, k.payload(o), None, k.stamp_ms(o)) for o in range(pos, end)]
-        self.pos = end
-        return [(0, recs)] if recs else []
-
-    def position(self, partition: int) -> int | None:
-        return self.pos
-
-    def record_frontier(self, positions: dict[int, int], record_times: dict[int, float], now: float,
-                        skew: float) -> float:
-        return record_times.get(0, float("-inf"))
-
-    def caught_up(self, positions: dict[int, int]) -> bool:
-        return positions.get(0, 0) >= self.kafka.available
-
-    def committed(self) -> dict[int, int | None]:
-        return dict(self.kafka.committed)
-
-    def end_offsets(self) -> dict[int, int]:
-        return {0: self.kafka.available}
-
-    def close(self) -> None:
-        pass
-
-
-class FakeWriter:
-    def __init__(self, kafka: FakeKafka, output_topic: str) -> None:
-        self.kafka = kafka
-        self.topic = output_topic
-        self.producer = None
-        self.in_transaction = False
-
-    def warm_up(self, seq: int) -> None:
-        pass
-
-    def commit(self, records: Any, offsets: Any, seq: int) -> None:
-        for r in records:
-            if r.topic == self.topic:
-                self.kafka.tail.append((0, r.key, r.value))
-        self.kafka.marker = seq
-        self.kafka.committed = {tp.partition: o for tp, o in offsets.items()}
-
-
-class _Producer:
-    def partitions_for(self, topic: str) -> set[int]:
-        return {0}
-
-    def close(self, timeout: float | None = None) -> None:
-        pass
-
-
 def install_fakes(kafka: FakeKafka) -> None:
-    m = loop_mod
-    output_topic = "soak-out"
-    m.ensure_topics = lambda *a, **kw: []
-    m.topic_timestamp_type = lambda *a, **kw: "LogAppendTime"
-    m.InputReader = lambda *a, **kw: FakeReader(kafka)
-    m.committed_marker = lambda *a, **kw: kafka.marker
-    m.read_tail = lambda k, topic, *, key, last, **kw: list(kafka.tail)[-last:]
-    m.make_producer = lambda *a, **kw: _Producer()
-    m.TransactionalWriter = lambda producer, gm, state_topic, failpoint: FakeWriter(kafka, output_topic)
+    for name, value in fake_kafka_parts(kafka).items():
+        setattr(loop_mod, name, value)
 
 
 def settings_for(bins: int, w: int, state_dir: str) -> Any:
@@ -215,7 +103,8 @@ def soak(bins: int, milestones: list[int], w: int, events: int, profile: bool) -
     out: dict[str, Any] = {"bins": bins, "w": w, "events_per_timestep": events, "milestones": []}
     with tempfile.TemporaryDirectory(prefix="dpstream-soak-") as state_dir:
         s = settings_for(bins, w, state_dir)
-        kafka = FakeKafka(events, bins, s.kafka.startup_tail_records)
+        kafka = FakeKafka(start=START, events_per_step=events, two_d=bins == 4096, modulus=100 if bins == 10 else 64,
+                          tail=s.kafka.startup_tail_records, output_topic=s.kafka.output_topic)
         install_fakes(kafka)
         path = journal_path(state_dir, s.stream.id)
         svc = _service(s, None)

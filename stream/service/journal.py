@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -82,6 +83,7 @@ __all__ = [
     "FORMAT",
     "JournalError",
     "JournalCorruptError",
+    "JournalWriteError",
     "JournalLockedError",
     "ConfigDriftError",
     "RecoveryRefusedError",
@@ -117,6 +119,20 @@ COMPACTION_POINTS = ("compact_mid_write", "compact_before_rename", "compact_afte
 
 class JournalError(RuntimeError):
     """The journal cannot be used; releases stop (fail closed)."""
+
+
+class JournalWriteError(JournalError):
+    """An append could not be made durable (disk full, I/O error).
+
+    Nothing of the checkpoint was produced, and the file was cut back to its
+    last complete frame (or will be, before the next append): appending the
+    *same* checkpoint again once the disk has room continues the journal
+    exactly as if the failure had not happened (no second noise draw).
+    """
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class JournalCorruptError(JournalError):
@@ -349,6 +365,8 @@ class Journal:
         self.failpoint: Callable[[str], None] = lambda _name: None
         self.torn_bytes = 0
         self.size = 0
+        self._dirty_tail = False  # a failed append may have left bytes after ``size``
+        self._os_write = os.write  # fault-injection seam for the disk-full tests
         self.checkpoints = 0
         self._prev = GENESIS
         self._last_start = 0
@@ -512,7 +530,16 @@ class Journal:
         if self._fd is None:
             if self.torn_bytes:
                 raise JournalError("the journal has a torn tail: recovery must truncate it first")
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            if self._dirty_tail:  # cut what a failed append left behind (raises OSError if it cannot)
+                try:
+                    os.ftruncate(fd, self.size)
+                    os.fsync(fd)
+                except OSError:
+                    os.close(fd)
+                    raise
+                self._dirty_tail = False
+            self._fd = fd
         return self._fd
 
     def append(self, cp: Checkpoint) -> None:
@@ -525,15 +552,26 @@ class Journal:
         if cp.seq != self.last_seq + 1:
             raise JournalError(f"checkpoint {cp.seq} out of sequence (last is {self.last_seq})")
         frame, digest = _frame(self._prev, canonical_json(cp.to_json()))
-        fd = self._writer()
         try:
-            written = os.write(fd, frame)
+            fd = self._writer()
+            written = self._os_write(fd, frame)
             if written != len(frame):
-                raise OSError(f"short write ({written} of {len(frame)} bytes)")
+                raise OSError(errno.ENOSPC, f"short write ({written} of {len(frame)} bytes)")
             os.fsync(fd)
         except OSError as exc:
+            # the frame may be partly on disk, or written but not durable (after a failed fsync the
+            # page cache cannot be trusted): cut the file back to the last complete frame now, or
+            # before the next append, and write the whole frame again then
+            self._dirty_tail = True
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self.size)
+                    os.fsync(self._fd)
+                    self._dirty_tail = False
             self.close_writer()
-            raise JournalError(f"journal write failed: {exc}; stopping (restart recovers)") from exc
+            cause = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise JournalWriteError(f"journal write of checkpoint {cp.seq} to {self.path} failed: {exc}",
+                                    cause=cause) from exc
         self._last_start = self.size
         self.size += len(frame)
         self._prev = digest
@@ -591,15 +629,17 @@ class Journal:
                 os.write(fd, bytes(out[: len(out) // 2]))
                 os.fsync(fd)
                 self.failpoint("compact_mid_write")
-            written = os.write(fd, bytes(out))
+            written = self._os_write(fd, bytes(out))
             if written != len(out):
-                raise OSError(f"short write ({written} of {len(out)} bytes)")
+                raise OSError(errno.ENOSPC, f"short write ({written} of {len(out)} bytes)")
             os.fsync(fd)
         except OSError as exc:
-            raise JournalError(f"journal compaction failed writing {tmp}: {exc} (the journal itself is "
-                               "unchanged)") from exc
-        finally:
             os.close(fd)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise JournalWriteError(f"journal compaction failed writing {tmp}: {exc} (the journal itself is "
+                                    "unchanged)", cause=os.strerror(exc.errno) if exc.errno else str(exc)) from exc
+        os.close(fd)
         self.failpoint("compact_before_rename")
         self.close_writer()
         os.replace(tmp, self.path)

@@ -77,6 +77,7 @@ from stream.service.journal import (
     JournaledOutput,
     JournaledRelease,
     JournalError,
+    JournalWriteError,
     canonical_json,
     plan_recovery,
 )
@@ -572,7 +573,7 @@ class Service:
                         {"window": window, "open_events": {str(c): n for c, n in self.open_events.items()},
                          "record_times": {str(p): t for p, t in sorted(self.record_times.items())}})
         t0 = time.monotonic()
-        self.journal.append(cp)
+        self._append(cp)
         self.metrics.journal_fsync.observe(time.monotonic() - t0)
         self.failpoint("after_journal")
         if not self._commit(cp):
@@ -596,10 +597,51 @@ class Service:
             # no per-checkpoint late or dead-letter counts: raw per-timestep figures (docs/privacy.md §9)
             log(_log, logging.INFO, "released", timesteps=[r.timestep for r in releases][:8],
                 kinds=sorted({r.kind for r in releases}), checkpoint=cp.seq)
-        if self.journal.maybe_compact(self.settings.service.journal_compact_bytes):
-            log(_log, logging.INFO, "compacted the journal", size_bytes=self.journal.size)
+        try:
+            if self.journal.maybe_compact(self.settings.service.journal_compact_bytes):
+                log(_log, logging.INFO, "compacted the journal", size_bytes=self.journal.size)
+        except JournalWriteError as exc:  # the journal itself is intact: keep releasing, retry later
+            m.journal_write_failures.inc()
+            log(_log, logging.WARNING, "journal compaction failed; the journal is unchanged and keeps growing "
+                "until it succeeds", error=str(exc), cause=exc.cause)
         m.journal_bytes.set(self.journal.size)
         return True
+
+    def _append(self, cp: Checkpoint) -> None:
+        """Journal ``cp`` durably. While the disk refuses (full, I/O error) nothing is released: the
+        service says so (log, ``journal_write_blocked``, ``/readyz``) and retries the *same*
+        checkpoint, so its timesteps are published with the noise already drawn once the disk has room.
+
+        Raises:
+            JournalError: stopped (SIGTERM) while blocked: the checkpoint was neither journaled nor
+                published, so the next start re-does its timesteps (none of them was visible).
+        """
+        assert self.journal is not None
+        failures, backoff = 0, 0.2
+        while True:
+            try:
+                self.journal.append(cp)
+                break
+            except JournalWriteError as exc:
+                failures += 1
+                self.metrics.journal_write_failures.inc()
+                self.metrics.journal_blocked.set(1)
+                state_dir = self.settings.service.state_dir
+                self.health.set(False, f"journal write failed ({exc.cause}): releases stopped; free space in "
+                                       f"{state_dir} and the service resumes by itself")
+                if failures == 1 or failures % 20 == 0:
+                    log(_log, logging.ERROR, "journal write failed; releasing nothing until it succeeds "
+                        f"(free disk space in {state_dir}); retrying the same checkpoint", checkpoint=cp.seq,
+                        cause=exc.cause, attempts=failures)
+                self.health.tick()  # the loop is alive (liveness), just not ready
+                if self.stop.wait(backoff):
+                    raise JournalError(
+                        f"stopped while checkpoint {cp.seq} could not be journaled ({exc.cause}); nothing of it "
+                        "was published, and the next start re-does its timesteps") from exc
+                backoff = min(5.0, backoff * 2)
+        if failures:
+            self.metrics.journal_blocked.set(0)
+            log(_log, logging.WARNING, "journal writable again; releasing", checkpoint=cp.seq, attempts=failures)
 
     def _commit(self, cp: Checkpoint) -> bool:
         """Send a journaled checkpoint until it commits. Retries re-send the same records."""
