@@ -23,13 +23,20 @@ stopped, and the benchmark reports:
 
 * ``rss_mb``: the process's resident set size (``/proc/self/statm``) after
   a ``gc.collect()``, and ``peak_rss_mb`` (``ru_maxrss``, whole process);
-* ``journal_bytes``: the journal file's size on disk;
+* ``journal_bytes``: the journal file's size on disk (a sawtooth once
+  compaction runs: ``journal_compacted_bytes`` right after a compaction,
+  ``journal_limit_bytes`` the size that triggers the next one), and
+  ``journal_index_entries``, the release digests held in memory;
 * ``restart_s``: wall time of a fresh ``Service.start()`` on that state
   directory (open and verify the journal, plan the recovery against the fake
   Kafka, restore the pipeline) — the part of a restart that depends on the
   stream's history. The restarted service then carries on to the next
   milestone;
 * ``seconds``: wall time of the run up to that milestone.
+
+The fake broker's output tail (the last ``kafka.startup_tail_records``
+release values, ~10 MB at 4,096 bins) lives in the same process and is part
+of the RSS; it is bounded.
 
 ``--profile`` adds a ``tracemalloc`` diff between the first and the last
 milestone of each domain: the top allocation sites that grew (and so grow with
@@ -134,6 +141,11 @@ def soak(bins: int, milestones: list[int], w: int, events: int, profile: bool) -
             svc.start()
             entry["restart_s"] = round(time.perf_counter() - r0, 3)
             entry["next_timestep"] = svc.pipeline.next_index
+            # the file is a sawtooth between these two: right after a compaction, and the size that triggers one
+            entry["journal_compacted_bytes"] = svc.journal.base_size
+            entry["journal_limit_bytes"] = (svc.journal.compact_limit() if s.service.journal_compact_bytes is None
+                                            else s.service.journal_compact_bytes)
+            entry["journal_index_entries"] = len(svc.journal.index)
             out["milestones"].append(entry)
             print(json.dumps({"progress": entry, "bins": bins}), file=sys.stderr, flush=True)
         if profile and first_snap is not None:
