@@ -29,8 +29,12 @@ Payloads, in order:
 
 * ``header`` (once, first): format, stream id, the config fingerprint and
   the privacy-relevant view of the config it hashes.
-* ``summary`` (only after :meth:`Journal.compact`): the release index of the
-  dropped checkpoints and the engine snapshot they ended with.
+* ``summary`` (only after :meth:`Journal.compact`): the release digests of
+  the newest :attr:`Journal.index_keep` timesteps and the engine snapshot the
+  dropped checkpoints ended with (the ledger, the controller, the last
+  release). Compaction runs once the file exceeds
+  :meth:`Journal.compact_limit`, so the file, the memory it is read into and
+  the restart time are bounded by one snapshot, not by the stream's length.
 * ``checkpoint`` (seq = 1, 2, 3, …): one per Kafka transaction the service
   makes. It carries *everything* that transaction produces and the state it
   leaves behind:
@@ -705,7 +709,8 @@ class Journal:
         finally:
             os.close(fd)
         lock, self._lock_fd = self._lock_fd, -1
-        fresh = Journal._load(self.path, lock)
+        fresh = Journal._load(self.path, lock, self.index_keep)
+        fresh.failpoint = self.failpoint
         self.__dict__.update(fresh.__dict__)
         return dropped
 
