@@ -646,14 +646,25 @@ class Journal:
         os.close(fd)
         self.failpoint("compact_before_rename")
         self.close_writer()
-        os.replace(tmp, self.path)
+        try:
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise JournalWriteError(f"journal compaction could not rename {tmp}: {exc} (the journal itself is "
+                                    "unchanged)", cause=os.strerror(exc.errno) if exc.errno else str(exc)) from exc
         self.failpoint("compact_after_rename")
-        _fsync_dir(self.path.parent)
         self.index = summary_index
         self.size = len(out)
         self.base_size = len(out)
         self._prev = prev
         self._last_start = self.size - last_len
+        self._dirty_tail = False
+        try:
+            _fsync_dir(self.path.parent)
+        except OSError as exc:  # the new file is in place; only the rename's durability is in doubt
+            raise JournalWriteError(f"fsync of {self.path.parent} after compacting failed: {exc}",
+                                    cause=os.strerror(exc.errno) if exc.errno else str(exc)) from exc
 
     def compact_limit(self) -> int:
         """Size in bytes above which :meth:`maybe_compact` compacts: max(1 MiB, 4 × the compacted size)."""
