@@ -379,6 +379,10 @@ class ServiceSection(_Section):
     role: Literal["single", "worker", "releaser"] = "single"
     #: a worker's stable name (its transactional id); default: the host name
     worker_id: str | None = None
+    #: compact the privacy journal once it exceeds this many bytes (default: automatic,
+    #: max(1 MiB, 4 × its size right after the last compaction), so disk and restart time stay
+    #: bounded by one snapshot; 0 compacts after every checkpoint)
+    journal_compact_bytes: int | None = Field(default=None, ge=0)
 
     @field_validator("commit_interval", "poll_timeout", "shutdown_timeout")
     @classmethod

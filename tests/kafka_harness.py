@@ -203,8 +203,10 @@ def service_config(bootstrap: str, state_dir: Path, *, stream_id: str | None = N
         "privacy": {"unit": "user-level", "epsilon": 1, "horizon": 100, "cutoff": 100, "population": 100},
         "release": {"decision": "uniform"},
         "kafka": kafka_section(bootstrap, **kafka),
+        # journal_compact_bytes: check_published reads the private audit of every journaled checkpoint,
+        # which compaction drops; the compaction tests (test_compaction_crash.py) set their own
         "service": {"state_dir": str(state_dir), "http_port": 0, "commit_interval": "200ms",
-                    "poll_timeout": "50ms", "log_level": "INFO"},
+                    "poll_timeout": "50ms", "log_level": "INFO", "journal_compact_bytes": 256 << 20},
     }
     if seed is not None:
         cfg["randomness"] = {"seed": seed, "allow_seeded_noise": True}

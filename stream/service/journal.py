@@ -29,8 +29,12 @@ Payloads, in order:
 
 * ``header`` (once, first): format, stream id, the config fingerprint and
   the privacy-relevant view of the config it hashes.
-* ``summary`` (only after :meth:`Journal.compact`): the release index of the
-  dropped checkpoints and the engine snapshot they ended with.
+* ``summary`` (only after :meth:`Journal.compact`): the release digests of
+  the newest :attr:`Journal.index_keep` timesteps and the engine snapshot the
+  dropped checkpoints ended with (the ledger, the controller, the last
+  release). Compaction runs once the file exceeds
+  :meth:`Journal.compact_limit`, so the file, the memory it is read into and
+  the restart time are bounded by one snapshot, not by the stream's length.
 * ``checkpoint`` (seq = 1, 2, 3, …): one per Kafka transaction the service
   makes. It carries *everything* that transaction produces and the state it
   leaves behind:
@@ -66,6 +70,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -73,7 +78,7 @@ import os
 import struct
 import time
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +87,7 @@ __all__ = [
     "FORMAT",
     "JournalError",
     "JournalCorruptError",
+    "JournalWriteError",
     "JournalLockedError",
     "ConfigDriftError",
     "RecoveryRefusedError",
@@ -101,12 +107,36 @@ GENESIS = hashlib.sha256(b"dpstream-journal-v1").digest()
 _HEAD = struct.Struct(">4sII")
 _DIGEST = 32
 MAX_FRAME = 1 << 30
-DEFAULT_COMPACT_BYTES = 64 << 20
-INDEX_KEEP = 100_000  # timesteps whose release digest survives compaction
+#: the journal is compacted once it holds more than max(MIN_COMPACT_BYTES, COMPACT_RATIO × its size
+#: right after the last compaction) bytes, so its size on disk (and the restart time, which reads all
+#: of it) is bounded by the size of one snapshot, never by the stream's length
+MIN_COMPACT_BYTES = 1 << 20
+COMPACT_RATIO = 4
+DEFAULT_COMPACT_BYTES = 64 << 20  # kept for callers that pass an explicit limit (older name)
+#: release digests kept in memory and in the snapshot, newest first, for the start-up check against
+#: the tail of the output topic (which reads ``kafka.startup_tail_records`` records): the service
+#: raises it to cover that tail
+INDEX_KEEP = 2048
+#: compaction crash points (test-only fault injection, see :attr:`Journal.failpoint`)
+COMPACTION_POINTS = ("compact_mid_write", "compact_before_rename", "compact_after_rename")
 
 
 class JournalError(RuntimeError):
     """The journal cannot be used; releases stop (fail closed)."""
+
+
+class JournalWriteError(JournalError):
+    """An append could not be made durable (disk full, I/O error).
+
+    Nothing of the checkpoint was produced, and the file was cut back to its
+    last complete frame (or will be, before the next append): appending the
+    *same* checkpoint again once the disk has room continues the journal
+    exactly as if the failure had not happened (no second noise draw).
+    """
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class JournalCorruptError(JournalError):
@@ -329,9 +359,18 @@ class Journal:
         self.header: dict[str, Any] = {}
         self.last: Checkpoint | None = None
         self.engine: dict[str, Any] | None = None
-        self.index: dict[int, tuple[str, str]] = {}  # timestep -> (sha256, release_id)
+        #: timestep -> (sha256, release_id) of the last :attr:`index_keep` timesteps (oldest first)
+        self.index: dict[int, tuple[str, str]] = {}
+        self.index_keep = INDEX_KEEP
+        self._last_timestep: int | None = None
+        #: bytes of the file right after the last compaction (or of what a compaction would keep)
+        self.base_size = 0
+        #: test-only: called with each name of :data:`COMPACTION_POINTS` as compaction reaches it
+        self.failpoint: Callable[[str], None] = lambda _name: None
         self.torn_bytes = 0
         self.size = 0
+        self._dirty_tail = False  # a failed append may have left bytes after ``size``
+        self._os_write = os.write  # fault-injection seam for the disk-full tests
         self.checkpoints = 0
         self._prev = GENESIS
         self._last_start = 0
@@ -356,7 +395,7 @@ class Journal:
 
     @classmethod
     def create(cls, state_dir: str | Path, stream_id: str, *, fingerprint: str,
-               privacy_view: Mapping[str, Any]) -> Journal:
+               privacy_view: Mapping[str, Any], index_keep: int = INDEX_KEEP) -> Journal:
         """Create a new journal (refuses to overwrite one)."""
         state_dir = Path(state_dir)
         lock = cls._lock(state_dir, stream_id)
@@ -379,10 +418,10 @@ class Journal:
         except BaseException:
             os.close(lock)
             raise
-        return cls._load(path, lock)
+        return cls._load(path, lock, index_keep)
 
     @classmethod
-    def open(cls, state_dir: str | Path, stream_id: str) -> Journal:
+    def open(cls, state_dir: str | Path, stream_id: str, *, index_keep: int = INDEX_KEEP) -> Journal:
         """Open and verify an existing journal.
 
         Raises:
@@ -395,14 +434,17 @@ class Journal:
             raise JournalError(f"no journal at {path}")
         lock = cls._lock(state_dir, stream_id)
         try:
-            return cls._load(path, lock)
+            return cls._load(path, lock, index_keep)
         except BaseException:
             os.close(lock)
             raise
 
     @classmethod
-    def _load(cls, path: Path, lock: int) -> Journal:
+    def _load(cls, path: Path, lock: int, index_keep: int = INDEX_KEEP) -> Journal:
+        if index_keep < 1:
+            raise ValueError(f"index_keep must be >= 1, got {index_keep}")
         j = cls(path, lock)
+        j.index_keep = index_keep
         data = path.read_bytes()
         frames, torn = _scan(data)
         if not frames or frames[0].payload.get("type") != "header":
@@ -412,13 +454,15 @@ class Journal:
             raise JournalCorruptError(f"{path} has journal format {header.get('format')!r}, expected {FORMAT}")
         j.header = header
         expected_seq: int | None = None
+        last_frame: _Frame | None = None
         for fr in frames[1:]:
             kind = fr.payload.get("type")
             try:
                 if kind == "summary":
                     if expected_seq is not None:
                         raise JournalCorruptError("summary record after a checkpoint")
-                    j.index.update({int(t): (str(v[0]), str(v[1])) for t, v in fr.payload["index"].items()})
+                    for t, v in sorted((int(t), v) for t, v in fr.payload["index"].items()):
+                        j._remember(t, (str(v[0]), str(v[1])))
                     j.engine = fr.payload.get("engine")
                     expected_seq = int(fr.payload["through_seq"]) + 1
                     j.checkpoints = int(fr.payload["through_seq"])
@@ -429,10 +473,11 @@ class Journal:
                     if expected_seq is None and cp.seq != 1:
                         raise JournalCorruptError(f"the first checkpoint is {cp.seq}, expected 1")
                     for r in cp.releases:
-                        j.index[r.timestep] = (r.sha256, r.release_id)
+                        j._remember(r.timestep, (r.sha256, r.release_id))
                     if cp.engine is not None:
                         j.engine = cp.engine
                     j.last, expected_seq = cp, cp.seq + 1
+                    last_frame = fr
                     j.checkpoints = cp.seq
                 else:
                     raise JournalCorruptError(f"unknown record type {kind!r} at byte {fr.start}")
@@ -442,6 +487,9 @@ class Journal:
         j.size = len(data) - torn
         j._prev = frames[-1].digest
         j._last_start = frames[-1].start
+        # what a compaction now would keep: header (+ summary) + the last checkpoint, about
+        kept = frames[1].end if len(frames) > 1 and frames[1].payload.get("type") == "summary" else frames[0].end
+        j.base_size = kept + (last_frame.end - last_frame.start if last_frame is not None else 0)
         return j
 
     # properties -------------------------------------------------------------
@@ -459,14 +507,43 @@ class Journal:
 
     @property
     def last_timestep(self) -> int | None:
-        return max(self.index) if self.index else None
+        """The last timestep the journal holds a release of (None: none yet)."""
+        return self._last_timestep
+
+    @property
+    def index_floor(self) -> int | None:
+        """The oldest timestep whose release digest is still known (older ones were compacted away)."""
+        return next(iter(self.index)) if self.index else None
+
+    def knows(self, timestep: int) -> bool:
+        """Whether ``timestep`` was released (journaled), whether or not its digest is still kept."""
+        return self._last_timestep is not None and timestep <= self._last_timestep
+
+    def _remember(self, timestep: int, entry: tuple[str, str]) -> None:
+        """Record a release digest; keeps only the newest :attr:`index_keep` (bounded memory)."""
+        index = self.index
+        index.pop(timestep, None)  # a re-journaled timestep moves to the newest end
+        index[timestep] = entry
+        if self._last_timestep is None or timestep > self._last_timestep:
+            self._last_timestep = timestep
+        while len(index) > self.index_keep:
+            del index[next(iter(index))]
 
     # writing ----------------------------------------------------------------
     def _writer(self) -> int:
         if self._fd is None:
             if self.torn_bytes:
                 raise JournalError("the journal has a torn tail: recovery must truncate it first")
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            if self._dirty_tail:  # cut what a failed append left behind (raises OSError if it cannot)
+                try:
+                    os.ftruncate(fd, self.size)
+                    os.fsync(fd)
+                except OSError:
+                    os.close(fd)
+                    raise
+                self._dirty_tail = False
+            self._fd = fd
         return self._fd
 
     def append(self, cp: Checkpoint) -> None:
@@ -479,22 +556,33 @@ class Journal:
         if cp.seq != self.last_seq + 1:
             raise JournalError(f"checkpoint {cp.seq} out of sequence (last is {self.last_seq})")
         frame, digest = _frame(self._prev, canonical_json(cp.to_json()))
-        fd = self._writer()
         try:
-            written = os.write(fd, frame)
+            fd = self._writer()
+            written = self._os_write(fd, frame)
             if written != len(frame):
-                raise OSError(f"short write ({written} of {len(frame)} bytes)")
+                raise OSError(errno.ENOSPC, f"short write ({written} of {len(frame)} bytes)")
             os.fsync(fd)
         except OSError as exc:
+            # the frame may be partly on disk, or written but not durable (after a failed fsync the
+            # page cache cannot be trusted): cut the file back to the last complete frame now, or
+            # before the next append, and write the whole frame again then
+            self._dirty_tail = True
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self.size)
+                    os.fsync(self._fd)
+                    self._dirty_tail = False
             self.close_writer()
-            raise JournalError(f"journal write failed: {exc}; stopping (restart recovers)") from exc
+            cause = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise JournalWriteError(f"journal write of checkpoint {cp.seq} to {self.path} failed: {exc}",
+                                    cause=cause) from exc
         self._last_start = self.size
         self.size += len(frame)
         self._prev = digest
         self.last = cp
         self.checkpoints = cp.seq
         for r in cp.releases:
-            self.index[r.timestep] = (r.sha256, r.release_id)
+            self._remember(r.timestep, (r.sha256, r.release_id))
         if cp.engine is not None:
             self.engine = cp.engine
 
@@ -511,41 +599,80 @@ class Journal:
             self.torn_bytes = 0
         return torn
 
-    def compact(self, *, keep_index: int = INDEX_KEEP) -> None:
-        """Rewrite as header + summary + last checkpoint (atomic rename).
+    def compact(self, *, keep_index: int | None = None) -> None:
+        """Rewrite as header + summary (the snapshot) + last checkpoint, atomically.
 
-        The summary keeps the release digests of the last ``keep_index``
-        timesteps (for the start-up check against the output topic) and the
-        engine snapshot; the last checkpoint is kept whole, so a redo is
-        still possible.
+        The summary holds the release digests of the last ``keep_index``
+        (default :attr:`index_keep`) timesteps, for the start-up check against
+        the output topic, and the engine snapshot (ledger, controller, last
+        release); the last checkpoint is kept whole (offsets, windowing, and
+        its records, so a redo is still possible). Frames keep their CRC and
+        chained SHA-256. Steps: write ``{stream}.journal.tmp``, fsync it,
+        rename it over the journal, fsync the directory. A crash before the
+        rename leaves the old journal (and a stale ``.tmp`` that the next
+        compaction overwrites); after it, the new one: both hold the same last
+        checkpoint, engine and recent digests, so recovery is the same.
         """
         if self.last is None:
             return
-        summary_index = dict(sorted(self.index.items())[-keep_index:])
+        keep = self.index_keep if keep_index is None else keep_index
+        summary_index = dict(list(self.index.items())[-keep:]) if keep > 0 else {}
         summary = {"type": "summary", "through_seq": self.last.seq - 1,
                    "index": {str(t): list(v) for t, v in summary_index.items()}, "engine": self.engine}
         prev = GENESIS
         out = bytearray()
+        last_len = 0
         for payload in (self.header, summary, self.last.to_json()):
             frame, prev = _frame(prev, canonical_json(payload))
             out += frame
+            last_len = len(frame)
         tmp = self.path.with_suffix(".journal.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, bytes(out))
+            if getattr(self.failpoint, "wants", lambda _name: False)("compact_mid_write"):
+                os.write(fd, bytes(out[: len(out) // 2]))
+                os.fsync(fd)
+                self.failpoint("compact_mid_write")
+            written = self._os_write(fd, bytes(out))
+            if written != len(out):
+                raise OSError(errno.ENOSPC, f"short write ({written} of {len(out)} bytes)")
             os.fsync(fd)
-        finally:
+        except OSError as exc:
             os.close(fd)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise JournalWriteError(f"journal compaction failed writing {tmp}: {exc} (the journal itself is "
+                                    "unchanged)", cause=os.strerror(exc.errno) if exc.errno else str(exc)) from exc
+        os.close(fd)
+        self.failpoint("compact_before_rename")
         self.close_writer()
-        os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        try:
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise JournalWriteError(f"journal compaction could not rename {tmp}: {exc} (the journal itself is "
+                                    "unchanged)", cause=os.strerror(exc.errno) if exc.errno else str(exc)) from exc
+        self.failpoint("compact_after_rename")
         self.index = summary_index
         self.size = len(out)
+        self.base_size = len(out)
         self._prev = prev
-        self._last_start = self.size - len(_frame(GENESIS, canonical_json(self.last.to_json()))[0])
+        self._last_start = self.size - last_len
+        self._dirty_tail = False
+        try:
+            _fsync_dir(self.path.parent)
+        except OSError as exc:  # the new file is in place; only the rename's durability is in doubt
+            raise JournalWriteError(f"fsync of {self.path.parent} after compacting failed: {exc}",
+                                    cause=os.strerror(exc.errno) if exc.errno else str(exc)) from exc
 
-    def maybe_compact(self, max_bytes: int = DEFAULT_COMPACT_BYTES) -> bool:
-        if self.size > max_bytes:
+    def compact_limit(self) -> int:
+        """Size in bytes above which :meth:`maybe_compact` compacts: max(1 MiB, 4 × the compacted size)."""
+        return max(MIN_COMPACT_BYTES, COMPACT_RATIO * self.base_size)
+
+    def maybe_compact(self, max_bytes: int | None = None) -> bool:
+        """Compact when the file exceeds ``max_bytes`` (default :meth:`compact_limit`)."""
+        if self.size > (self.compact_limit() if max_bytes is None else max_bytes):
             self.compact()
             return True
         return False
@@ -593,7 +720,8 @@ class Journal:
         finally:
             os.close(fd)
         lock, self._lock_fd = self._lock_fd, -1
-        fresh = Journal._load(self.path, lock)
+        fresh = Journal._load(self.path, lock, self.index_keep)
+        fresh.failpoint = self.failpoint
         self.__dict__.update(fresh.__dict__)
         return dropped
 
@@ -696,6 +824,14 @@ def plan_recovery(
 
     for t, sha, rid in published:
         known = journal.index.get(t)
+        floor = journal.index_floor
+        if known is None and journal.knows(t) and floor is not None and t < floor:
+            raise RecoveryRefusedError(
+                f"the output topic's tail holds a release of timestep {t}, older than the {len(journal.index)} "
+                f"release digests the journal keeps (from timestep {floor}): its bytes cannot be checked. "
+                "kafka.startup_tail_records must not exceed the digests kept; lower it, or restore a journal "
+                "that matches this output topic."
+            )
         if known is None:
             raise RecoveryRefusedError(
                 f"the output topic holds a release of timestep {t} (release_id {rid[:16]}…) that the journal "

@@ -46,6 +46,8 @@ FIELDS: dict[str, str] = {
     "error_type": "the exception class name",
     "size_bytes": "journal size (operational; grows with checkpoints, not with events)",
     "timeout_seconds": "a configured timeout",
+    "cause": "why a journal write failed: the OS error text, e.g. 'No space left on device' (operational)",
+    "attempts": "how many times a journal write was tried (operational)",
 }
 _MAX_ITEMS = 8
 _RESERVED = set(logging.LogRecord("x", 0, "x", 0, "x", None, None).__dict__) | {"message", "asctime"}

@@ -70,11 +70,14 @@ from stream.messages import parse_message
 from stream.pipeline import JOURNAL_VERSION, ReleasePipeline, SealedRelease
 from stream.service.http import Health, HttpServer, make_app
 from stream.service.journal import (
+    COMPACTION_POINTS,
+    INDEX_KEEP,
     Checkpoint,
     Journal,
     JournaledOutput,
     JournaledRelease,
     JournalError,
+    JournalWriteError,
     canonical_json,
     plan_recovery,
 )
@@ -100,6 +103,8 @@ __all__ = ["Service", "run_service", "Failpoints", "FAILPOINTS", "EXIT_OK", "EXI
 
 INTERNAL_ERROR = "internal_error"  # dead-letter reason for a message the decoder itself failed on
 FAILPOINTS = ("after_noise", "after_journal", "mid_produce", "after_produce_before_commit")
+#: kill points inside a journal compaction (after the checkpoint committed: nothing to re-send)
+COMPACTION_FAILPOINTS = COMPACTION_POINTS
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 LAG_INTERVAL_S = 5.0
 MAX_RELEASES_PER_CHECKPOINT = 100
@@ -117,8 +122,9 @@ class Failpoints:
             if not part.strip():
                 continue
             name, _, nth = part.strip().partition(":")
-            if name not in FAILPOINTS:
-                raise ValueError(f"unknown failpoint {name!r}; choose from {', '.join(FAILPOINTS)}")
+            if name not in FAILPOINTS + COMPACTION_FAILPOINTS:
+                raise ValueError(f"unknown failpoint {name!r}; choose from "
+                                 f"{', '.join(FAILPOINTS + COMPACTION_FAILPOINTS)}")
             self._targets[name] = int(nth or 1)
 
     def wants(self, name: str) -> bool:
@@ -259,7 +265,10 @@ class Service:
         self.reader = InputReader(k, k.input_topic, slack_s=s.stream.allowed_lateness.total_seconds() / 2)
         self.health.set(False, "recovering")
         state_dir = s.service.state_dir
-        journal = Journal.open(state_dir, self.stream_id) if Journal.exists(state_dir, self.stream_id) else None
+        # release digests kept for the start-up check must cover the output tail it reads (bounded memory)
+        keep = max(INDEX_KEEP, k.startup_tail_records + 2 * MAX_RELEASES_PER_CHECKPOINT)
+        journal = (Journal.open(state_dir, self.stream_id, index_keep=keep)
+                   if Journal.exists(state_dir, self.stream_id) else None)
         try:
             plan = self._plan(journal)
         except BaseException:
@@ -268,7 +277,8 @@ class Service:
             raise
         if journal is None:
             journal = Journal.create(state_dir, self.stream_id, fingerprint=self.fingerprint,
-                                     privacy_view=s.privacy_view())
+                                     privacy_view=s.privacy_view(), index_keep=keep)
+        journal.failpoint = self.failpoint
         if journal.last_seq == 0:  # nothing published yet: the stream's first checkpoint carries its domain
             self.pending.outputs.append(JournaledOutput("domain", self.stream_id.encode(), self.domain_bytes))
         self.journal = journal
@@ -335,7 +345,7 @@ class Service:
     def _recall(self, index: int) -> dict[str, Any] | None:
         """Pipeline hook: a timestep the journal already has is re-sent, never stepped again."""
         journal = self.journal
-        if journal is None or index not in journal.index:
+        if journal is None or not journal.knows(index):
             return None
         for r in journal.last.releases if journal.last else ():
             if r.timestep == index and r.cell is not None:
@@ -563,7 +573,7 @@ class Service:
                         {"window": window, "open_events": {str(c): n for c, n in self.open_events.items()},
                          "record_times": {str(p): t for p, t in sorted(self.record_times.items())}})
         t0 = time.monotonic()
-        self.journal.append(cp)
+        self._append(cp)
         self.metrics.journal_fsync.observe(time.monotonic() - t0)
         self.failpoint("after_journal")
         if not self._commit(cp):
@@ -587,10 +597,51 @@ class Service:
             # no per-checkpoint late or dead-letter counts: raw per-timestep figures (docs/privacy.md §9)
             log(_log, logging.INFO, "released", timesteps=[r.timestep for r in releases][:8],
                 kinds=sorted({r.kind for r in releases}), checkpoint=cp.seq)
-        if self.journal.maybe_compact():
-            log(_log, logging.INFO, "compacted the journal", size_bytes=self.journal.size)
+        try:
+            if self.journal.maybe_compact(self.settings.service.journal_compact_bytes):
+                log(_log, logging.INFO, "compacted the journal", size_bytes=self.journal.size)
+        except JournalWriteError as exc:  # the journal itself is intact: keep releasing, retry later
+            m.journal_write_failures.inc()
+            log(_log, logging.WARNING, "journal compaction failed; the journal is unchanged and keeps growing "
+                "until it succeeds", error=str(exc), cause=exc.cause)
         m.journal_bytes.set(self.journal.size)
         return True
+
+    def _append(self, cp: Checkpoint) -> None:
+        """Journal ``cp`` durably. While the disk refuses (full, I/O error) nothing is released: the
+        service says so (log, ``journal_write_blocked``, ``/readyz``) and retries the *same*
+        checkpoint, so its timesteps are published with the noise already drawn once the disk has room.
+
+        Raises:
+            JournalError: stopped (SIGTERM) while blocked: the checkpoint was neither journaled nor
+                published, so the next start re-does its timesteps (none of them was visible).
+        """
+        assert self.journal is not None
+        failures, backoff = 0, 0.2
+        while True:
+            try:
+                self.journal.append(cp)
+                break
+            except JournalWriteError as exc:
+                failures += 1
+                self.metrics.journal_write_failures.inc()
+                self.metrics.journal_blocked.set(1)
+                state_dir = self.settings.service.state_dir
+                self.health.set(False, f"journal write failed ({exc.cause}): releases stopped; free space in "
+                                       f"{state_dir} and the service resumes by itself")
+                if failures == 1 or failures % 20 == 0:
+                    log(_log, logging.ERROR, "journal write failed; releasing nothing until it succeeds "
+                        f"(free disk space in {state_dir}); retrying the same checkpoint", checkpoint=cp.seq,
+                        cause=exc.cause, attempts=failures)
+                self.health.tick()  # the loop is alive (liveness), just not ready
+                if self.stop.wait(backoff):
+                    raise JournalError(
+                        f"stopped while checkpoint {cp.seq} could not be journaled ({exc.cause}); nothing of it "
+                        "was published, and the next start re-does its timesteps") from exc
+                backoff = min(5.0, backoff * 2)
+        if failures:
+            self.metrics.journal_blocked.set(0)
+            log(_log, logging.WARNING, "journal writable again; releasing", checkpoint=cp.seq, attempts=failures)
 
     def _commit(self, cp: Checkpoint) -> bool:
         """Send a journaled checkpoint until it commits. Retries re-send the same records."""

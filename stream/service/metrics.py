@@ -55,6 +55,8 @@ CLASSES: dict[str, str] = {
     "dpstream_checkpoint_duration_seconds": "health",
     "dpstream_journal_write_seconds": "health",
     "dpstream_journal_size_bytes": "health",
+    "dpstream_journal_write_failures": "health",
+    "dpstream_journal_write_blocked": "health",
     "dpstream_transactions": "health",
     "dpstream_kafka_errors": "health",
     "dpstream_recoveries": "health",
@@ -129,6 +131,12 @@ class Metrics:
                                        namespace=ns, registry=r, buckets=LATENCY_BUCKETS)
         self.journal_bytes = Gauge("journal_size_bytes", "Size of the privacy journal file.", namespace=ns,
                                    registry=r)
+        self.journal_write_failures = Counter(
+            "journal_write_failures", "Journal appends or compactions that failed (disk full, I/O error); an "
+            "append is retried with the same bytes, nothing is published meanwhile.", namespace=ns, registry=r)
+        self.journal_blocked = Gauge(
+            "journal_write_blocked", "1 while releases are stopped because the journal cannot be written "
+            "(free disk space in service.state_dir; the service resumes by itself).", namespace=ns, registry=r)
         self.transactions = Counter("transactions", "Kafka transactions, by outcome (committed | failed).",
                                     ["outcome"], namespace=ns, registry=r)
         for outcome in ("committed", "failed"):

@@ -11,13 +11,21 @@ injected parts:
 * :class:`MemorySink` — records produced, by topic;
 * :func:`payloads` — JSON payloads from event dicts (single or arrays);
 * :func:`run_in_memory` — source → decoder → pipeline → sink, the loop the
-  service runs, minus Kafka.
+  service runs, minus Kafka;
+* :class:`FakeKafka` and :func:`fake_kafka_parts` — what
+  :class:`stream.service.loop.Service` needs from Kafka, in process: a reader
+  serving generated events one timestep per poll, and a transactional writer
+  keeping the committed marker, offsets and output tail. Patch the parts
+  into ``stream.service.loop`` to run the real ``Service.start()``/``run()``
+  (journal included) without a broker (the soak benchmark and the disk-full
+  tests do).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +36,8 @@ from stream.ingest.events import EventDecoder, Rejection
 from stream.pipeline import ReleasePipeline, SealedRelease
 
 __all__ = [
+    "FakeKafka",
+    "fake_kafka_parts",
     "ManualClock",
     "MemorySource",
     "MemorySink",
@@ -247,3 +257,150 @@ def run_in_memory(
     if final:
         publish(pipe.seal(final=True, record_frontier=math.inf) if record_mode else pipe.seal(final=True))
     return RunResult(releases, rejected, out, pipe)
+
+
+# -- Kafka, faked in process (for Service itself) --------------------------------------
+
+
+@dataclass(frozen=True)
+class FakeRecord:
+    """An input record as :class:`stream.service.kafka_io.InputReader` yields it."""
+
+    offset: int
+    value: bytes
+    key: bytes | None
+    timestamp: int  # ms (the broker's LogAppendTime)
+
+
+class FakeKafka:
+    """What a broker remembers between service runs: committed marker and offsets, the output tail.
+
+    Input: ``events_per_step`` JSON events per timestep of ``step_s`` seconds from ``start``
+    (epoch seconds), generated on demand (offset ``o`` is event ``o % events_per_step`` of
+    timestep ``o // events_per_step``), with attributes ``x`` (and ``y`` when ``two_d``) cycling
+    through ``0..modulus-1``; one new timestep of input "arrives" each time the reader has
+    caught up, so a service checkpoints once per timestep, as on a live stream.
+    """
+
+    def __init__(self, *, start: float, events_per_step: int = 4, step_s: float = 1.0, two_d: bool = False,
+                 modulus: int = 100, tail: int = 1000, output_topic: str = "out") -> None:
+        self.start, self.events, self.step_s = float(start), int(events_per_step), float(step_s)
+        self.two_d, self.modulus = two_d, int(modulus)
+        self.output_topic = output_topic
+        self.marker: int | None = None
+        self.committed: dict[int, int | None] = {0: None}
+        self.tail: deque[tuple[int, bytes | None, bytes]] = deque(maxlen=tail)
+        self.available = 0  # input offsets that exist so far
+        self.transactions = 0
+
+    def _time(self, offset: int) -> float:
+        step, j = divmod(offset, self.events)
+        return self.start + (step + (j + 0.5) / (self.events + 1)) * self.step_s
+
+    def payload(self, offset: int) -> bytes:
+        m = self.modulus
+        attrs = (f'{{"x": {(offset * 7) % m}, "y": {(offset * 13) % m}}}' if self.two_d
+                 else f'{{"x": {(offset * 7) % m}}}')
+        return f'{{"user_id": "u{offset % 997}", "event_time": {self._time(offset):.6f}, "attributes": {attrs}}}'.encode()
+
+    def record(self, offset: int) -> FakeRecord:
+        return FakeRecord(offset, self.payload(offset), None, int(round(self._time(offset) * 1000)))
+
+    def released(self) -> dict[int, list[bytes]]:
+        """Release payloads in the output tail, by timestep (every copy)."""
+        out: dict[int, list[bytes]] = {}
+        for _, _, value in self.tail:
+            doc = json.loads(value)
+            if doc.get("message_type") == "release":
+                out.setdefault(int(doc["timestep"]["index"]), []).append(value)
+        return out
+
+
+class _FakeReader:
+    partitions = [0]
+    group_metadata = None
+    control = None
+
+    def __init__(self, kafka: FakeKafka) -> None:
+        self.kafka = kafka
+        self.pos = 0
+
+    def seek(self, positions: Mapping[int, int]) -> None:
+        self.pos = positions.get(0, 0)
+
+    def observe(self, partition: int, max_event_time: float) -> None:
+        pass
+
+    def poll(self, timeout_s: float, max_records: int, positions: Mapping[int, int]) -> list[tuple[int, list[Any]]]:
+        k = self.kafka
+        pos = positions.get(0, self.pos)
+        if pos >= k.available:
+            k.available = pos + k.events  # the next timestep's events arrive
+        end = min(k.available, pos + max_records)
+        self.pos = end
+        recs = [k.record(o) for o in range(pos, end)]
+        return [(0, recs)] if recs else []
+
+    def position(self, partition: int) -> int | None:
+        return self.pos
+
+    def record_frontier(self, positions: Mapping[int, int], record_times: Mapping[int, float], now: float,
+                        skew: float) -> float:
+        return record_times.get(0, float("-inf"))
+
+    def caught_up(self, positions: Mapping[int, int]) -> bool:
+        return positions.get(0, 0) >= self.kafka.available
+
+    def committed(self) -> dict[int, int | None]:
+        return dict(self.kafka.committed)
+
+    def end_offsets(self) -> dict[int, int]:
+        return {0: self.kafka.available}
+
+    def close(self) -> None:
+        pass
+
+
+class _FakeWriter:
+    def __init__(self, kafka: FakeKafka) -> None:
+        self.kafka = kafka
+        self.producer: Any = None
+        self.in_transaction = False
+
+    def warm_up(self, seq: int) -> None:
+        pass
+
+    def commit(self, records: Sequence[Any], offsets: Mapping[Any, int], seq: int) -> None:
+        k = self.kafka
+        for r in records:
+            if r.topic == k.output_topic:
+                k.tail.append((0, r.key, r.value))
+        k.marker = seq
+        k.committed = {tp.partition: o for tp, o in offsets.items()}
+        k.transactions += 1
+
+
+class _FakeProducer:
+    def partitions_for(self, topic: str) -> set[int]:
+        return {0}
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+def fake_kafka_parts(kafka: FakeKafka) -> dict[str, Any]:
+    """Replacements for the Kafka functions and classes ``stream.service.loop`` imports, by name.
+
+    Apply with ``monkeypatch.setattr(stream.service.loop, name, value)`` (tests) or ``setattr``.
+    Settings must use ``kafka.record_time: log-append-time`` and ``kafka.output_topic`` equal to
+    ``kafka.output_topic`` here.
+    """
+    return {
+        "ensure_topics": lambda *a, **kw: [],
+        "topic_timestamp_type": lambda *a, **kw: "LogAppendTime",
+        "InputReader": lambda *a, **kw: _FakeReader(kafka),
+        "committed_marker": lambda *a, **kw: kafka.marker,
+        "read_tail": lambda k, topic, *, key, last, **kw: list(kafka.tail)[-last:],
+        "make_producer": lambda *a, **kw: _FakeProducer(),
+        "TransactionalWriter": lambda producer, group_metadata, state_topic, failpoint: _FakeWriter(kafka),
+    }

@@ -1,0 +1,68 @@
+"""The engine's state does not grow with the stream (issue 19 item 1): 10⁴ timesteps of every method.
+
+Under w-event the ledger keeps only the charges that touch a window containing the current
+timestep; under user-level the charges are bounded by the budget (ε over the smallest charge),
+so once it is spent nothing is added. The snapshot the journal stores with every release is
+therefore bounded too: its size after 10⁴ timesteps is no larger than after the first few
+hundred (within the width of the numbers in it).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from controller.method import METHODS, MethodSpec, build_engine
+from controller.units import UserLevel, WEvent
+from histogram.lpa import LaplaceMechanism
+from histogram.noise import Randomness
+
+BINS = 16
+T = 10_000
+
+
+def _counts(rng: np.random.Generator, t: int, base: np.ndarray) -> np.ndarray:
+    if t % 5 == 0:  # frequent change, so the methods keep spending
+        base[:] = rng.multinomial(2_000, rng.dirichlet(np.ones(BINS)))
+    return base
+
+
+def _cases():
+    for unit_kind in ("w-event", "user-level"):
+        for m in METHODS:
+            if m in ("bd", "ba") and unit_kind == "user-level":
+                continue
+            marks = ()
+            if m == "bd" and unit_kind == "w-event":
+                # BD gives each publication half of the budget left in the window; with budget
+                # recycled from charges that slid out, the exact Fractions get a new power of two in
+                # their denominators every few timesteps: the snapshot grows by ~1.2 bytes per
+                # timestep (3.5 KB at 500, 16 KB at 10,000). Bounding it would round BD's ε down to
+                # a fixed grid, which changes its release bytes: left for the method's owner.
+                marks = (pytest.mark.xfail(strict=True, reason="BD's exact ε denominators grow with time"),)
+            yield pytest.param(unit_kind, m, marks=marks, id=f"{unit_kind}-{m}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("unit_kind", "method"), list(_cases()))
+def test_ledger_and_snapshot_stay_bounded_over_ten_thousand_timesteps(unit_kind, method):
+    w = 20
+    unit = WEvent(1, w, 4) if unit_kind == "w-event" else UserLevel(1, 200, 10)
+    rnd = Randomness.seeded(19)
+    rng = np.random.default_rng(19)
+    engine = build_engine(MethodSpec(method, unit, population=2_000, threshold=0.05), LaplaceMechanism(), BINS)
+    state = engine.initial_state()
+    base = np.zeros(BINS, dtype=np.int64)
+    most, sizes = 0, {}
+    for t in range(T):
+        _, state = engine.step(state, _counts(rng, t, base).copy(), rnd.drawer(method, t))
+        most = max(most, len(state.accountant.entries))
+        if t in (499, T - 1):
+            sizes[t] = len(json.dumps(engine.snapshot(state)))
+    if unit_kind == "w-event":
+        assert most <= 4 * w  # at most a few charges per timestep, each live for w timesteps
+    else:
+        assert most <= unit.horizon + 3 * unit.cutoff  # bounded by the budget: ε / the smallest charge
+    assert sizes[T - 1] <= sizes[499] + 400, sizes  # a few wider numbers, nothing per timestep
