@@ -157,6 +157,27 @@ class _Pending:
         return bool(self.releases or self.outputs)
 
 
+def check_log_append_time(k: Any) -> None:
+    """With ``kafka.record_time: log-append-time``, refuse unless the input topic confirms
+    ``message.timestamp.type=LogAppendTime`` (every process that decides inclusion checks it).
+
+    Raises:
+        RecordTimeRefused: the topic reports another type, or none.
+    """
+    if k.record_time != "log-append-time":
+        return
+    kind = topic_timestamp_type(k, k.input_topic)
+    if kind != "LogAppendTime":
+        raise RecordTimeRefused(
+            f"kafka.record_time is log-append-time but the input topic {k.input_topic!r} reports "
+            f"message.timestamp.type={kind or 'unknown (the cluster did not say)'}: producers would "
+            "choose the record times that decide which events count, so one person's clock could "
+            "move other people's events out of their timestep. Fix: set the topic config "
+            "message.timestamp.type=LogAppendTime (kafka-configs --alter --entity-type topics "
+            f"--entity-name {k.input_topic} --add-config message.timestamp.type=LogAppendTime), or, "
+            "only if every producer's clock is trusted, set kafka.record_time: trusted-create-time")
+
+
 def checkpoint_records(cp: Checkpoint, settings: Settings) -> list[OutRecord]:
     """The Kafka records of a checkpoint, in journal order (the same for a first send and a re-send)."""
     k = settings.kafka
@@ -246,17 +267,7 @@ class Service:
                                     configs={k.input_topic: {"message.timestamp.type": "LogAppendTime"}})
             if created:
                 log(_log, logging.INFO, "created topics", topics=created)
-        if k.record_time == "log-append-time":
-            kind = topic_timestamp_type(k, k.input_topic)
-            if kind != "LogAppendTime":
-                raise RecordTimeRefused(
-                    f"kafka.record_time is log-append-time but the input topic {k.input_topic!r} reports "
-                    f"message.timestamp.type={kind or 'unknown (the cluster did not say)'}: producers would "
-                    "choose the record times that decide which events count, so one person's clock could "
-                    "move other people's events out of their timestep. Fix: set the topic config "
-                    "message.timestamp.type=LogAppendTime (kafka-configs --alter --entity-type topics "
-                    f"--entity-name {k.input_topic} --add-config message.timestamp.type=LogAppendTime), or, "
-                    "only if every producer's clock is trusted, set kafka.record_time: trusted-create-time")
+        check_log_append_time(k)
         if k.record_time != "watermark" and s.stream.start is None:
             raise RecordTimeRefused(
                 f"kafka.record_time is {k.record_time} but stream.start is not set: the first timestep must "

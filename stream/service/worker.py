@@ -111,9 +111,8 @@ class Worker:
         """Forget every row and output not yet committed, and rewind to the committed offsets."""
         self.pipeline.window.drain()
         self.outputs = []
-        for p in list(self.positions):
-            self.positions.pop(p, None)
-            self.record_times.pop(p, None)
+        self.positions.clear()
+        self.record_times.clear()
         if self.consumer is not None:
             for p in self.owned:
                 tp = TopicPartition(self.topic, p)
@@ -133,6 +132,9 @@ class Worker:
             ensure_topics(k, {k.input_topic: k.topic_partitions, self.shuffle: 1, k.dead_letter_topic: 1,
                               k.late_topic: 1},
                           configs={k.input_topic: {"message.timestamp.type": "LogAppendTime"}})
+        from stream.service.loop import check_log_append_time
+
+        check_log_append_time(k)  # the worker decides inclusion: same refusal as one process
         self.consumer = make_consumer(k, auto_offset_reset="earliest")
         self.consumer.subscribe([k.input_topic], listener=_Listener(self))
         self.producer = make_producer(k, f"{k.transactional_id or 'dpstream-' + s.stream.id}-worker-{self.worker_id}")
@@ -321,9 +323,17 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, metri
 
     ``on_started(worker, None)`` is called once it has joined (tests)."""
     stop = stop or threading.Event()
-    worker = Worker(settings, metrics=metrics or Metrics(), health=health or Health(), stop=stop)
+    health = health or Health()
+    worker = Worker(settings, metrics=metrics or Metrics(), health=health, stop=stop)
+    from stream.service.journal import JournalError
+
     try:
-        worker.start()
+        try:
+            worker.start()
+        except JournalError as exc:  # a refusal (e.g. the input topic's timestamp type): exit 2
+            health.set(False, f"refused to start: {exc}")
+            log(_log, logging.ERROR, "refusing to start", error=str(exc), error_type=type(exc).__name__)
+            return 2
         if on_started is not None:
             on_started(worker, None)
         return worker.run()

@@ -190,3 +190,15 @@ def test_scale_out_refuses_what_it_cannot_keep_exact(tmp_path, change, words) ->
         cfg[section] = {**cfg[section], **values}
     with pytest.raises((ConfigError, ValueError), match=words):
         settings_from(cfg)
+
+
+def test_a_worker_refuses_an_unconfirmed_log_append_time_topic(broker, tmp_path) -> None:  # noqa: F811
+    """Workers decide inclusion, so they refuse what one process refuses: log-append-time on a topic
+    that does not confirm message.timestamp.type=LogAppendTime (the embedded broker never does)."""
+    cfg = service_config(broker.bootstrap, tmp_path, kafka={"record_time": "log-append-time"})
+    cfg["stream"]["start"] = int(time.time()) // STEP * STEP
+    cfg["stream"]["clock_skew"] = "5s"
+    cfg["service"]["role"] = "worker"
+    with InProcessService(settings_from(cfg)) as w:
+        wait_for(lambda: w.exit_code is not None, 30, what="exit")
+        assert w.exit_code == 2
