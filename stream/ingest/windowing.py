@@ -385,13 +385,7 @@ class Windower:
         status, cells = self.grid.inclusion(t, record_time)
         if not t.size:
             return status
-        nxt = self.next_cell
-        if nxt is not None:
-            status[(status == ACCEPTED) & (cells < nxt)] = AFTER_SEAL
-        acc = status == ACCEPTED
-        if acc.any():
-            self._accept(valid, acc, cells, None)
-        return status
+        return self._admit(valid, status, cells, self.next_cell)
 
     def offer_whole(self, valid: ValidBatch) -> np.ndarray:
         """Window rows of an input that is known whole (offline, no arrival times); a status per row.
@@ -413,7 +407,11 @@ class Windower:
         cells = g.cell(t)
         if g.start is not None:
             status[t < g.start] = BEFORE_START
-        nxt = self.next_cell if self.next_index else None
+        return self._admit(valid, status, cells, self.next_cell if self.next_index else None)
+
+    def _admit(self, valid: ValidBatch, status: np.ndarray, cells: np.ndarray, nxt: int | None) -> np.ndarray:
+        """Rows that passed the rule for a cell already sealed (before ``nxt``) become
+        :data:`AFTER_SEAL`; the rest of the accepted rows are buffered. Returns ``status``."""
         if nxt is not None:
             status[(status == ACCEPTED) & (cells < nxt)] = AFTER_SEAL
         acc = status == ACCEPTED

@@ -487,6 +487,29 @@ def bounded_value(value: bytes, limit: int) -> tuple[bytes, tuple[tuple[str, byt
     )
 
 
+def safe_rejection_records(rejections: Any, *, input_topic: str, stream: str, limit: int,
+                           timestamps: Mapping[Any, float] | None = None,
+                           ) -> list[tuple[str, bytes, bytes, tuple[tuple[str, bytes], ...]]]:
+    """:func:`rejection_records`, but one odd rejection never loses the others: on an error each
+    rejection is tried alone, and one that still fails keeps its coordinates, reason and a
+    bounded copy of its payload."""
+    try:
+        return rejection_records(rejections, input_topic=input_topic, stream=stream, limit=limit,
+                                 timestamps=timestamps)
+    except Exception:  # noqa: BLE001, S110 - isolate the rejection that breaks it
+        pass
+    out: list[tuple[str, bytes, bytes, tuple[tuple[str, bytes], ...]]] = []
+    for rej in rejections:
+        try:
+            out += rejection_records([rej], input_topic=input_topic, stream=stream, limit=limit)
+        except Exception:  # noqa: BLE001
+            src = rej.source if isinstance(rej.source, tuple) else (None, None)
+            value, cut = bounded_value(rej.payload or b"", limit)
+            out.append(("late" if rej.late else "dead_letter", f"{src[0]}:{src[1]}".encode(), value,
+                        (("dpstream.reason", rej.reason.encode()), *cut)))
+    return out
+
+
 def rejection_records(rejections: Iterable[Any], *, input_topic: str, stream: str,
                       limit: int = dead_letter_limit(1_048_576),
                       timestamps: Mapping[Any, float] | None = None,

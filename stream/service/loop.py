@@ -92,7 +92,7 @@ from stream.service.kafka_io import (
     ensure_topics,
     make_producer,
     read_tail,
-    rejection_records,
+    safe_rejection_records,
     topic_timestamp_type,
     transactional_id_for,
 )
@@ -491,19 +491,8 @@ class Service:
     def _dead_letter(self, rejected: Rejections) -> None:
         topic, stream = self.settings.kafka.input_topic, self.stream_id
         limit = dead_letter_limit(self.settings.kafka.max_request_size)
-        try:
-            records = rejection_records(rejected, input_topic=topic, stream=stream, limit=limit,
-                                        timestamps=self.stamps)
-        except Exception:  # noqa: BLE001 - one odd rejection must not lose the others
-            records = []
-            for rej in rejected:
-                try:
-                    records += rejection_records([rej], input_topic=topic, stream=stream, limit=limit)
-                except Exception:  # noqa: BLE001
-                    src = rej.source if isinstance(rej.source, tuple) else (None, None)
-                    value, cut = bounded_value(rej.payload or b"", limit)
-                    records.append(("late" if rej.late else "dead_letter", f"{src[0]}:{src[1]}".encode(),
-                                    value, (("dpstream.reason", rej.reason.encode()), *cut)))
+        records = safe_rejection_records(rejected, input_topic=topic, stream=stream, limit=limit,
+                                         timestamps=self.stamps)
         for role, key, value, headers in records:
             self.pending.outputs.append(JournaledOutput(role, key, value, headers))
 

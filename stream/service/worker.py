@@ -39,12 +39,11 @@ from stream.service.http import Health
 from stream.service.kafka_io import (
     KafkaIOError,
     OutRecord,
-    bounded_value,
     dead_letter_limit,
     ensure_topics,
     make_consumer,
     make_producer,
-    rejection_records,
+    safe_rejection_records,
     wrap_error,
 )
 from stream.service.logs import log
@@ -194,17 +193,8 @@ class Worker:
         rejected = Rejections.concat([decoded.rejections, offered])
         k = self.settings.kafka
         topics = {"dead_letter": k.dead_letter_topic, "late": k.late_topic}
-        limit = dead_letter_limit(k.max_request_size)
-        try:
-            out = rejection_records(rejected, input_topic=k.input_topic, stream=self.settings.stream.id, limit=limit,
-                                    timestamps=stamps)
-        except Exception:  # noqa: BLE001 - one odd rejection must not lose the others: coordinates only
-            out = []
-            for rej in rejected:
-                src = rej.source if isinstance(rej.source, tuple) else (None, None)
-                value, cut = bounded_value(rej.payload or b"", limit)
-                out.append(("late" if rej.late else "dead_letter", f"{src[0]}:{src[1]}".encode(), value,
-                            (("dpstream.reason", rej.reason.encode()), *cut)))
+        out = safe_rejection_records(rejected, input_topic=k.input_topic, stream=self.settings.stream.id,
+                                     limit=dead_letter_limit(k.max_request_size), timestamps=stamps)
         self.outputs.extend(OutRecord(topics[role], key, value, headers) for role, key, value, headers in out)
         m = self.metrics
         m.messages_consumed.inc(len(payloads))
