@@ -26,14 +26,17 @@ TWO_D = [{"name": "x", "kind": "numeric", "min": 0, "max": 100, "bins": 8, "out_
 class _Paced:
     """The fake reader, but a new timestep of input arrives only every ``pace`` seconds."""
 
-    def __init__(self, inner: Any, kafka: FakeKafka, pace: float) -> None:
+    def __init__(self, inner: Any, kafka: FakeKafka, pace: float, burst: int = 0) -> None:
         self.inner, self.kafka, self.pace = inner, kafka, pace
         self.due = 0.0
+        self.burst = burst  # the first timesteps arrive at once (a history before the page opens)
 
     def poll(self, timeout_s: float, max_records: int, positions: Any) -> list[Any]:
         now = time.monotonic()
         if positions.get(0, self.inner.pos) >= self.kafka.available:
-            if now < self.due:
+            if self.burst > 0:
+                self.burst -= 1
+            elif now < self.due:
                 time.sleep(min(timeout_s, self.due - now))
                 return []
             self.due = now + self.pace
@@ -59,12 +62,15 @@ def settings_for(state_dir: Any, *, two_d: bool = False, unit: str = "user-level
 
 
 def paced_service(monkeypatch: Any, settings: Any, *, pace: float = 0.3, two_d: bool = False,
-                  events_per_step: int = 60, kafka: FakeKafka | None = None) -> tuple[InProcessService, FakeKafka]:
-    """Patch FakeKafka into ``stream.service.loop`` and return the (not yet started) service and its Kafka."""
+                  events_per_step: int = 60, kafka: FakeKafka | None = None,
+                  burst: int = 0) -> tuple[InProcessService, FakeKafka]:
+    """Patch FakeKafka into ``stream.service.loop`` and return the (not yet started) service and its Kafka.
+
+    ``burst``: the first timesteps of input arrive without waiting (history for a page to load)."""
     k = kafka or FakeKafka(start=START, events_per_step=events_per_step, two_d=two_d, output_topic="out")
     parts = fake_kafka_parts(k)
     make_reader = parts["InputReader"]
-    parts["InputReader"] = lambda *a, **kw: _Paced(make_reader(*a, **kw), k, pace)
+    parts["InputReader"] = lambda *a, **kw: _Paced(make_reader(*a, **kw), k, pace, burst)
     for name, value in parts.items():
         monkeypatch.setattr(loop_mod, name, value)
     return InProcessService(settings), k
