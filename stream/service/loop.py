@@ -829,8 +829,9 @@ def run_service(
     if http:
         server = HttpServer(make_app(metrics.registry, health, lambda: service.domain_bytes or None),
                             settings.service.http_host, settings.service.http_port).start()
-        service.public, service.public_server = start_public(settings, lambda: service.domain_bytes or None)
     try:
+        if http:
+            service.public, service.public_server = start_public(settings, lambda: service.domain_bytes or None)
         try:
             service.start()
         except JournalError as exc:

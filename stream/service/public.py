@@ -242,5 +242,10 @@ def start_public(settings: Any, domain: Callable[[], bytes | None]) -> tuple[Rel
     if svc.public_port is None:
         return None, None
     feed = ReleaseFeed(svc.public_history, svc.public_history_bytes)
-    server = HttpServer(make_public_app(feed, domain), svc.public_host, svc.public_port).start()
-    return feed, server
+    try:
+        server = HttpServer(make_public_app(feed, domain), svc.public_host, svc.public_port)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot open the public port {svc.public_host}:{svc.public_port} "
+                                 f"(service.public_port): {exc.strerror or exc}; choose a free port or "
+                                 "stop what holds it") from exc
+    return feed, server.start()
