@@ -5,8 +5,7 @@
   const SVGNS = "http://www.w3.org/2000/svg"; // an XML namespace name, not a fetch
   const params = new URLSearchParams(window.location.search);
   const POLL_MS = Math.max(100, Number(params.get("poll")) || 1000);
-  const KEEP = 1000;        // releases kept in the page
-  const SERIES_N = 200;     // latest points drawn in the time series
+  const SERIES_N = 200;     // latest points drawn in the time series (and kept in the page)
   const st = { domain: null, shape: [], labels: [], releases: [], next: null, sel: [0, 0], anchor: 0 };
 
   const $ = (id) => document.getElementById(id);
@@ -95,7 +94,12 @@
   }
   async function poll() {
     try {
-      const page = await getJSON(st.next === null ? "api/releases" : "api/releases?from=" + st.next);
+      if (st.next === null) { // first load: only the history the series draws, not the whole retained feed
+        const resp = await fetch("api/releases/latest", { cache: "no-store" });
+        if (resp.ok) st.next = Math.max(0, (await resp.json()).timestep.index - SERIES_N + 1);
+        else if (resp.status !== 404) throw new Error("api/releases/latest: HTTP " + resp.status);
+      }
+      const page = await getJSON("api/releases?from=" + (st.next === null ? 0 : st.next));
       setConn(true);
       ingest(page.releases);
       const r = page.retained;
@@ -110,7 +114,7 @@
     if (!list.length) return;
     const byIndex = new Map(st.releases.map((r) => [r.timestep.index, r]));
     for (const r of list) byIndex.set(r.timestep.index, r); // a re-sent release replaces its copy
-    st.releases = Array.from(byIndex.values()).sort((a, b) => a.timestep.index - b.timestep.index).slice(-KEEP);
+    st.releases = Array.from(byIndex.values()).sort((a, b) => a.timestep.index - b.timestep.index).slice(-SERIES_N);
     st.next = st.releases[st.releases.length - 1].timestep.index + 1;
     render();
   }

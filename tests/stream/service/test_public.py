@@ -232,3 +232,15 @@ def test_page_files_are_served_with_a_same_origin_policy_and_fetch_nothing_elsew
         text = (SCHEMA_DIR.parent / "service" / "static" / name).read_text()
         urls = set(re.findall(r"(?:https?:)?//[\w.-]+\.[a-z]{2,}[^\s\"')]*", text))
         assert urls <= {"http://www.w3.org/2000/svg"}, (name, urls)
+
+
+def test_the_page_files_are_declared_package_data():
+    """An installed (non-editable) dpstream must ship the page: every file matches a package-data glob."""
+    import fnmatch
+    import tomllib
+
+    from tests.kafka_harness import ROOT
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["stream"]
+    for name in STATIC_FILES:
+        assert any(fnmatch.fnmatch(f"service/static/{name}", g) for g in globs), name
