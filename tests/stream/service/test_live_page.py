@@ -141,12 +141,13 @@ def test_live_page_shows_a_1d_stream_as_bars_updating_live(browser, tmp_path, mo
 
 def test_live_page_shows_a_2d_stream_as_a_heat_map(browser, tmp_path, monkeypatch):
     svc, _ = paced_service(monkeypatch, settings_for(tmp_path / "state", two_d=True), pace=0.25,
-                           two_d=True, events_per_step=600)
+                           two_d=True, events_per_step=600, burst=40)
     with svc:
+        _wait(lambda: svc.published() >= 35, "35 releases before the page opens")
         w = Watched(browser, public_url(svc))
         _wait(lambda: w.count("#chart rect.cell") == 40, "40 heat-map cells")
         assert w.count("#chart rect.bar") == 0
-        _wait(lambda: w.count("#series circle.pt") >= 6, "6 points in the time series")
+        _wait(lambda: w.count("#series circle.pt") >= 35, "the history in the time series")
         _assert_cards_match(w)
         w.page.locator('#chart rect.cell[data-bin="7"]').click()
         assert w.text("#selection") == "bin 7 (x 12.5–25, y 40–60)"
