@@ -23,7 +23,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "Consume events from kafka.input_topic, window them by event time, release one differentially "
             "private histogram per timestep on kafka.output_topic (Kafka transactions + a fsync'd privacy "
             "journal in service.state_dir), dead letters and late events on their topics. Serves /metrics, "
-            "/healthz and /readyz on service.http_host:service.http_port. Stops on SIGTERM or Ctrl-C."
+            "/healthz and /readyz on service.http_host:service.http_port, and with service.public_port the "
+            "live page and release API for dashboard users (docs/api.md). Stops on SIGTERM or Ctrl-C."
         ),
     )
     p.add_argument("--config", "-c", required=True, help="YAML configuration file (DPSTREAM_* env vars override)")

@@ -175,3 +175,29 @@ def test_live_page_on_the_embedded_broker(browser, broker, tmp_path):  # noqa: F
         r = w.shown_release()
         assert w.text("#kind") == r["kind"]
         w.close(tmp_path / "live-kafka.png")
+
+
+def test_live_page_rides_out_a_service_restart(browser, tmp_path, monkeypatch):
+    """Stop the service under an open page: it says so and keeps what it showed; start it again on
+    the same port: the page resumes by itself, and the series continues without duplicates."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = settings_for(tmp_path / "state", public_port=port)
+    svc, kafka = paced_service(monkeypatch, settings, pace=0.2, events_per_step=600)
+    with svc:
+        w = Watched(browser, public_url(svc))
+        _wait(lambda: w.count("#series circle.pt") >= 4, "4 points")
+    _wait(lambda: w.text("#conn") == "reconnecting…", "the page to notice the stop")
+    shown = w.count("#series circle.pt")
+    assert shown >= 4 and w.count("#chart rect.bar") == 10  # what it showed stays on screen
+    svc2, _ = paced_service(monkeypatch, settings, pace=0.2, events_per_step=600, kafka=kafka)
+    with svc2:
+        _wait(lambda: w.text("#conn") == "live", "the page to reconnect")
+        _wait(lambda: w.count("#series circle.pt") >= shown + 3, "the series to continue")
+        steps = [int(t) for t in w.page.locator("#series circle.pt").evaluate_all(
+            "els => els.map(e => e.getAttribute('data-timestep'))")]
+        assert steps == list(range(steps[0], steps[0] + len(steps)))  # every timestep once, in order
+        w.close(tmp_path / "restart.png")
