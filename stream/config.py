@@ -360,6 +360,14 @@ class ServiceSection(_Section):
 
     http_host: str = "127.0.0.1"
     http_port: int = 8000
+    #: the public port (releases, the domain message and the live page only: docs/api.md);
+    #: None (the default) serves no public port, 0 any free port (tests)
+    public_host: str = "127.0.0.1"
+    public_port: int | None = Field(default=None, ge=0, le=65535)
+    #: how many of the latest releases the public port keeps in memory (and at most
+    #: ``public_history_bytes`` of them); older timesteps are read from the output topic
+    public_history: int = Field(default=1000, ge=1)
+    public_history_bytes: int = Field(default=64 << 20, ge=1)
     state_dir: str = "./dpstream-state"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     max_message_bytes: int = 1_048_576
@@ -383,6 +391,13 @@ class ServiceSection(_Section):
     #: max(1 MiB, 4 × its size right after the last compaction), so disk and restart time stay
     #: bounded by one snapshot; 0 compacts after every checkpoint)
     journal_compact_bytes: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> ServiceSection:
+        if self.public_port and self.public_port == self.http_port:
+            raise ValueError(f"service.public_port {self.public_port} is also service.http_port: the public "
+                             "port must not serve /metrics; choose another port")
+        return self
 
     @field_validator("commit_interval", "poll_timeout", "shutdown_timeout")
     @classmethod

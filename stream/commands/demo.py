@@ -50,6 +50,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--grid", type=_positive_int, default=16, help="grid cells per side (default 16: 256 bins)")
     p.add_argument("--port", type=int, default=0, help="broker port (default: a free one)")
     p.add_argument("--http-port", type=int, default=0, help="metrics/health port (default: a free one)")
+    p.add_argument("--public-port", type=int, default=0,
+                   help="the live page and release API port (default: a free one)")
     p.add_argument("--state-dir", default=None, help="privacy journal directory (default: a temporary one)")
     p.add_argument("--quiet", action="store_true", help="do not print one line per release")
     p.set_defaults(func=run, handler=run)
@@ -57,7 +59,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def demo_config(bootstrap: str, state_dir: str, *, grid: int, objects: int, timestep: str,
-                http_port: int) -> dict[str, Any]:
+                http_port: int, public_port: int = 0) -> dict[str, Any]:
     """The demo's configuration: w-event privacy (the budget renews: fine for an endless stream), DSAT."""
     from stream.config import parse_duration
 
@@ -76,7 +78,8 @@ def demo_config(bootstrap: str, state_dir: str, *, grid: int, objects: int, time
         "kafka": {"bootstrap_servers": bootstrap, "record_time": "trusted-create-time",
                   "max_poll_interval_ms": 3000, "session_timeout_ms": 6000,
                   "heartbeat_interval_ms": 1000},
-        "service": {"state_dir": state_dir, "http_port": http_port, "log_level": "WARNING"},
+        "service": {"state_dir": state_dir, "http_port": http_port, "public_port": public_port,
+                    "log_level": "WARNING"},
     }
 
 
@@ -166,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     traffic: TrafficGenerator | None = None
     try:
         cfg = demo_config(broker.bootstrap, state_dir, grid=args.grid, objects=args.objects,
-                          timestep=args.timestep, http_port=args.http_port)
+                          timestep=args.timestep, http_port=args.http_port, public_port=args.public_port)
         try:
             settings = load_settings(None, **cfg)
         except ConfigError as exc:
@@ -179,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
 
         def started(service: Any, server: Any) -> None:
             url = server.url if server is not None else "(no HTTP server)"
+            page = service.public_server.url + "/" if service.public_server is not None else "(no public port)"
             print(f"""
 dpstream demo is running (stop with Ctrl-C)
   broker     {broker.bootstrap}  (embedded, memory only)
@@ -187,6 +191,7 @@ every {max(0.05, step_s / 4):g}s
   privacy    w-event, ε = 1 per {settings.privacy.w} timesteps of {args.timestep}; DSAT + Laplace; secure noise
   releases   topic {k.output_topic} (key {settings.stream.id}); dead letters {k.dead_letter_topic}, late \
 {k.late_topic}
+  live page  {page}  (release API: {page}api)
   metrics    {url}/metrics
   health     {url}/healthz  {url}/readyz
   domain     {url}/domain

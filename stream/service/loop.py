@@ -98,6 +98,7 @@ from stream.service.kafka_io import (
 )
 from stream.service.logs import get_logger, log
 from stream.service.metrics import Metrics
+from stream.service.public import ReleaseFeed, start_public
 
 __all__ = ["Service", "run_service", "Failpoints", "FAILPOINTS", "EXIT_OK", "EXIT_REFUSED", "EXIT_FAILED"]
 
@@ -247,6 +248,9 @@ class Service:
         self._last_lag = 0.0
         self._step_mark = 0.0
         self.domain_bytes = b""
+        #: the public port's feed (stream/service/public.py): committed release bytes only
+        self.public: ReleaseFeed | None = None
+        self.public_server: HttpServer | None = None
 
     # -- start-up ----------------------------------------------------------------
     def start(self) -> None:
@@ -349,6 +353,8 @@ class Service:
                 continue
             if getattr(msg, "message_type", "") == "release" and msg.stream == self.stream_id:
                 published.append((msg.timestep.index, _sha256(value), msg.release_id))
+                if self.public is not None and msg.config_fingerprint == self.fingerprint:
+                    self.public.add(value)  # already public: the page shows history after a restart
         return plan_recovery(journal, stream_id=self.stream_id, fingerprint=self.fingerprint,
                              privacy_view=self.settings.privacy_view(), marker=marker, committed=committed,
                              published=published)
@@ -653,6 +659,8 @@ class Service:
             try:
                 self.writer.commit(records, offsets, cp.seq)
                 self.metrics.transactions.labels("committed").inc()
+                if self.public is not None:  # committed, hence public: now the public port may show it
+                    self.public.add_many(r.message for r in cp.releases)
                 if not self.health.ready and not self.stop.is_set():
                     self.health.set(True, "running")
                 return True
@@ -822,6 +830,8 @@ def run_service(
         server = HttpServer(make_app(metrics.registry, health, lambda: service.domain_bytes or None),
                             settings.service.http_host, settings.service.http_port).start()
     try:
+        if http:
+            service.public, service.public_server = start_public(settings, lambda: service.domain_bytes or None)
         try:
             service.start()
         except JournalError as exc:
@@ -840,3 +850,5 @@ def run_service(
         service.close()
         if server is not None:
             server.stop()
+        if service.public_server is not None:
+            service.public_server.stop()

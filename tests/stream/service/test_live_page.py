@@ -1,0 +1,176 @@
+"""The live page in a real browser (issue 14 item 1): headless Chromium from Debian's ``chromium``
+package, driven by Playwright (no browser download), against a running service.
+
+What a person sees is asserted: one bar per bin (1-D) or one cell per bin (2-D), the latest
+timestep and its kind as published, the budget as published, a time series that grows while
+releases arrive, fresh and republished points told apart, the accuracy band's wording for a
+bin and for a range, and no request to any other origin.
+
+``DPSTREAM_WRITE_FIGURES=1`` also writes the screenshots to ``docs/figures/live-page.png`` (1-D)
+and ``docs/figures/live-page-2d.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.kafka_harness import (  # noqa: F401
+    InProcessService,
+    broker,
+    event,
+    produce,
+    service_config,
+    settings_from,
+    wait_for,
+)
+from tests.stream.service.live_helpers import paced_service, public_url, settings_for
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed "
+                               "(pip install -e '.[test]')")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                                "(apt-get install -y chromium; .ci/run does it as root)")
+FIGURES = Path(__file__).resolve().parents[3] / "docs" / "figures"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Watched:
+    """A page plus every request it made and every script error it hit."""
+
+    def __init__(self, browser, base: str) -> None:
+        self.base = base
+        self.page = browser.new_page(viewport={"width": 1100, "height": 1000})
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(base + "/?poll=200")
+
+    def text(self, selector: str) -> str:
+        return self.page.locator(selector).inner_text()
+
+    def count(self, selector: str) -> int:
+        return self.page.locator(selector).count()
+
+    def shown_release(self) -> dict:
+        """The release message of the timestep the page shows (from the API, for comparison)."""
+        index = int(re.fullmatch(r"Timestep (\d+)", self.text("#timestep")).group(1))
+        with urllib.request.urlopen(f"{self.base}/api/releases?from={index}&to={index + 1}") as resp:  # noqa: S310
+            (release,) = json.loads(resp.read())["releases"]
+        return release
+
+    def close(self, screenshot: Path, figure: str | None = None) -> None:
+        self.page.screenshot(path=str(screenshot), full_page=True)
+        if figure and os.environ.get("DPSTREAM_WRITE_FIGURES") == "1":
+            FIGURES.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(screenshot, FIGURES / figure)
+        self.page.close()
+        assert not self.errors, self.errors
+        foreign = [u for u in self.requests if not u.startswith(self.base) and not u.startswith("data:")]
+        assert not foreign, f"the page fetched from other origins: {foreign}"
+
+
+def _wait(predicate, what: str, timeout: float = 30.0):
+    return wait_for(predicate, timeout, 0.1, what)
+
+
+def _assert_cards_match(w: Watched, bars: bool = False) -> dict:
+    """Read the cards and the release they claim to show, at one moment (retried across a refresh)."""
+    for _ in range(20):
+        before = w.text("#timestep")
+        r = w.shown_release()
+        kind, budget, accuracy = w.text("#kind"), w.text("#budget"), w.text("#accuracy")
+        negative = w.count("#chart rect.bar.neg")
+        if w.text("#timestep") == before:
+            break
+    if bars:  # negative counts are drawn below zero, in their own colour
+        assert negative == sum(1 for c in r["counts"] if c < 0)
+    assert kind == r["kind"]
+    spent = float(re.fullmatch(r"ε ([0-9.e-]+) of 1 used", budget).group(1))
+    assert spent == pytest.approx(r["epsilon_spent"], rel=1e-3, abs=1e-9)
+    hw = r["accuracy"]["half_width"]
+    assert isinstance(hw, float) and accuracy == f"± {hw:g} per bin at 95%"
+    return r
+
+
+def test_live_page_shows_a_1d_stream_as_bars_updating_live(browser, tmp_path, monkeypatch):
+    svc, _ = paced_service(monkeypatch, settings_for(tmp_path / "state"), pace=0.25, events_per_step=600,
+                           burst=45)
+    with svc:
+        _wait(lambda: svc.published() >= 40, "40 releases before the page opens")
+        w = Watched(browser, public_url(svc))
+        _wait(lambda: w.count("#chart rect.bar") == 10, "10 bars")
+        _wait(lambda: w.count("#series circle.pt") >= 40, "the history in the time series")
+        first_points, first_step = w.count("#series circle.pt"), w.text("#timestep")
+        _wait(lambda: w.count("#series circle.pt") >= first_points + 3, "the series to grow by 3 points")
+        assert w.text("#timestep") != first_step
+        assert w.text("#conn") == "live"
+        # fresh and republished points are told apart (DSAT republishes most timesteps)
+        _wait(lambda: w.count("#series circle.pt.republished") >= 1, "a republished point")
+        assert w.count("#series circle.pt.fresh") >= 1
+        _assert_cards_match(w, bars=True)
+        assert "fresh releases: " in w.text("#budget-note") and "of at most 12" in w.text("#budget-note")
+        # follow a bin, then a range
+        w.page.locator('#chart rect.bar[data-bin="3"]').click()
+        assert w.text("#selection") == "bin 3 (x 30–40)"
+        assert "± the half-width" in w.text("#band-note")
+        w.page.locator('#chart rect.bar[data-bin="5"]').click(modifiers=["Shift"])
+        assert w.text("#selection") == "bins 3–5 (sum of 3)"
+        assert "union bound" in w.text("#band-note")
+        assert w.count("#series path.band") >= 1
+        assert w.page.locator("#chart rect.bar.selected").count() == 3
+        w.close(tmp_path / "live-1d.png", "live-page.png")
+
+
+def test_live_page_shows_a_2d_stream_as_a_heat_map(browser, tmp_path, monkeypatch):
+    svc, _ = paced_service(monkeypatch, settings_for(tmp_path / "state", two_d=True), pace=0.25,
+                           two_d=True, events_per_step=600)
+    with svc:
+        w = Watched(browser, public_url(svc))
+        _wait(lambda: w.count("#chart rect.cell") == 40, "40 heat-map cells")
+        assert w.count("#chart rect.bar") == 0
+        _wait(lambda: w.count("#series circle.pt") >= 6, "6 points in the time series")
+        _assert_cards_match(w)
+        w.page.locator('#chart rect.cell[data-bin="7"]').click()
+        assert w.text("#selection") == "bin 7 (x 12.5–25, y 40–60)"
+        w.close(tmp_path / "live-2d.png", "live-page-2d.png")
+
+
+@pytest.mark.kafka
+def test_live_page_on_the_embedded_broker(browser, broker, tmp_path):  # noqa: F811
+    s = settings_from(service_config(broker.bootstrap, tmp_path, seed=5, kafka={"topic_partitions": 1},
+                                     service={"public_port": 0}))
+    with InProcessService(s) as svc:
+        w = Watched(browser, public_url(svc))
+        _wait(lambda: w.text("#stream") == s.stream.id, "the domain", 60)
+        seen = []
+        for ts in range(6):  # one timestep of input at a time; the next one's records seal it
+            produce(broker.bootstrap, s.kafka.input_topic,
+                    [json.dumps(event(f"u{i}", ts, age=10 * (i % 10), sex="MF"[i % 2])).encode() for i in range(30)])
+            if ts >= 1:
+                _wait(lambda ts=ts: svc.published() >= ts, f"{ts} releases", 60)
+                _wait(lambda ts=ts: w.count("#series circle.pt") >= ts, f"{ts} points on the page", 30)
+                seen.append(w.count("#series circle.pt"))
+            time.sleep(0.2)
+        assert seen == sorted(seen) and seen[-1] > seen[0]  # it updated live, point by point
+        assert w.count("#chart rect.cell") == 20  # SMALL_ATTRIBUTES: age (10 bins) x sex (2)
+        r = w.shown_release()
+        assert w.text("#kind") == r["kind"]
+        w.close(tmp_path / "live-kafka.png")
