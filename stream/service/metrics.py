@@ -147,6 +147,8 @@ class Metrics:
             self.transactions.labels(outcome)
         self.kafka_errors = Counter("kafka_errors", "Kafka operation failures, by retriability.", ["retriable"],
                                     namespace=ns, registry=r)
+        for retriable in ("true", "false"):  # exported as 0 from the start (dashboards and rate() see them)
+            self.kafka_errors.labels(retriable)
         self.recoveries = Counter("recoveries", "Start-ups that re-sent an uncommitted journaled checkpoint.",
                                   namespace=ns, registry=r)
         self.last_release_time = Gauge("last_release_timestamp_seconds",
