@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/bench_copula.py compare [--people 20000] [--epsilon 1] [--seeds 2]
     OMP_NUM_THREADS=1 python benchmarks/bench_copula.py step [--people 100000] [--method kendall]
+    OMP_NUM_THREADS=1 python benchmarks/bench_copula.py sweep [--people 50000] [--runs 2]
 
 ``compare``: a drifting, correlated synthetic stream (:func:`drifting_records`:
 8 attributes × 6 levels = 1,679,616 cells, a latent Gaussian factor model
@@ -185,6 +186,98 @@ def step(args: argparse.Namespace) -> dict:
             "step_seconds": round(seconds, 3), "peak_rss_mib": round(peak / 2**20, 1), "queries": len(answers)}
 
 
+def gaussian_dependence_records(n: int, levels: tuple[int, ...], rho: float, margin: str, seed: int) -> np.ndarray:
+    """Thesis §3.3 synthetic data: Gaussian dependence (equicorrelation ρ), margins gaussian | uniform | zipf."""
+    rng = np.random.default_rng(seed)
+    m = len(levels)
+    corr = np.full((m, m), rho) + (1 - rho) * np.eye(m)
+    z = rng.multivariate_normal(np.zeros(m), corr, size=n)
+    from scipy.special import ndtr
+
+    u = ndtr(z)
+    out = np.empty((n, m), dtype=np.int64)
+    for j, L in enumerate(levels):
+        if margin == "uniform":
+            p = np.full(L, 1.0 / L)
+        elif margin == "zipf":
+            p = 1.0 / np.arange(1, L + 1)
+        else:
+            grid = np.linspace(-2.5, 2.5, L)
+            p = np.exp(-grid**2 / 2)
+        cdf = np.cumsum(p / p.sum())
+        out[:, j] = np.minimum(np.searchsorted(cdf, u[:, j]), L - 1)
+    return out
+
+
+def relative_error(answer: float, truth: int, sanity: float) -> float:
+    return abs(answer - truth) / max(truth, sanity)
+
+
+def _sweep_point(methods, x, levels, eps, rnd, boxes, people, key) -> dict[str, float]:
+    out = {}
+    sanity = max(1.0, 0.0005 * x.shape[0])
+    truths = [true_box(x, lo, hi) for lo, hi in boxes]
+    for method in methods:
+        rng_, _ = answerers(method, x, levels, eps, rnd, key, people)
+        out[method] = float(np.mean([relative_error(rng_(lo, hi), t, sanity) for (lo, hi), t in zip(boxes, truths, strict=True)]))
+    return out
+
+
+def sweep(args: argparse.Namespace) -> dict:
+    """Thesis ch. 3 figures in shape, on synthetic substitutes (IPUMS extracts are not installable here)."""
+    n = args.people
+    result: dict = {"benchmark": "copula-sweep", "people": n, "runs": args.runs, "queries": args.queries,
+                    "metric": "mean relative error, sanity bound max(1, 0.05% n); boxes constrain every attribute"}
+
+    def avg(points: list[dict[str, float]]) -> dict[str, float]:
+        return {k: round(float(np.mean([p[k] for p in points])), 4) for k in points[0]}
+
+    # Fig 3.4: relative error vs ratio k (2-D, ε = 0.1)
+    levels2 = (100, 100)
+    fig34 = {}
+    for k in ("1/8", "1/4", "1/2", "1", "2", "4", "8", "16"):
+        pts = []
+        for run in range(args.runs):
+            x = gaussian_dependence_records(n, levels2, 0.6, "gaussian", run)
+            boxes = random_boxes(levels2, 2, args.queries, 50 + run)
+            rnd = Randomness.seeded(run)
+            rel = DPCopula(levels2, ratio=Fraction(k), min_records=int(0.9 * n)).release(x, Fraction(1, 10), rnd.drawer("k", run))
+            sanity = max(1.0, 0.0005 * n)
+            pts.append({"copula-kendall": float(np.mean([relative_error(rel.model.range_count(lo, hi), true_box(x, lo, hi), sanity)
+                                                        for lo, hi in boxes]))})
+        fig34[k] = avg(pts)["copula-kendall"]
+    result["fig3_4_error_vs_ratio_k"] = fig34
+
+    # Fig 3.6 / 3.8: relative error vs ε, 8-D (6 levels each), three margin families
+    levels8 = (6,) * 8
+    methods = ["lpa", "copula-kendall", "copula-median", "kway-2"]
+    fig38: dict[str, dict[str, dict[str, float]]] = {}
+    for margin in ("gaussian", "uniform", "zipf"):
+        fig38[margin] = {}
+        for eps in ("1/10", "1/2", "1"):
+            pts = []
+            for run in range(args.runs):
+                x = gaussian_dependence_records(n, levels8, 0.5, margin, 10 + run)
+                boxes = random_boxes(levels8, 8, args.queries, 60 + run)
+                pts.append(_sweep_point(methods, x, levels8, Fraction(eps), Randomness.seeded(run), boxes, n, run))
+            fig38[margin][eps] = avg(pts)
+    result["fig3_6_3_8_error_vs_epsilon_by_margin"] = fig38
+
+    # Fig 3.9: relative error vs dimensionality (10 levels per attribute, ε = 1); LPA only where it fits (≤ 10⁶ cells)
+    fig39 = {}
+    for m in (2, 4, 6, 8, 10):
+        levels = (10,) * m
+        meth = (["lpa"] if 10**m <= 10**6 else []) + ["copula-kendall", "copula-median", "kway-2"]
+        pts = []
+        for run in range(args.runs):
+            x = gaussian_dependence_records(n, levels, 0.5, "gaussian", 20 + run)
+            boxes = random_boxes(levels, m, args.queries, 70 + run)
+            pts.append(_sweep_point(meth, x, levels, Fraction(1), Randomness.seeded(run), boxes, n, run))
+        fig39[f"{m}D (10^{m} cells)"] = avg(pts)
+    result["fig3_9_error_vs_dimensionality"] = fig39
+    return result
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -195,8 +288,12 @@ def main() -> None:
     s = sub.add_parser("step")
     s.add_argument("--people", type=int, default=100_000)
     s.add_argument("--method", choices=("kendall", "median", "mle", "kway"), default="kendall")
+    w = sub.add_parser("sweep")
+    w.add_argument("--people", type=int, default=50_000)
+    w.add_argument("--runs", type=int, default=2)
+    w.add_argument("--queries", type=int, default=300)
     args = p.parse_args()
-    print(json.dumps(compare(args) if args.cmd == "compare" else step(args), indent=1))
+    print(json.dumps({"compare": compare, "step": step, "sweep": sweep}[args.cmd](args), indent=1))
 
 
 if __name__ == "__main__":
