@@ -291,19 +291,6 @@ class GeneratorDrawer:
         out[frac] = self._bernoulli_exp_unit(rest[frac], den)
         return out
 
-    def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
-        """Float64 standard normal draws, for POST-PROCESSING only.
-
-        Sampling synthetic records from an already released model (e.g. the
-        Gaussian copula of :mod:`histogram.copula`) needs Gaussian variates
-        whose law depends only on published parameters. This is not privacy
-        noise (never add it to a count): privacy noise is
-        :meth:`discrete_laplace`. Kept here so every random draw has one home.
-        """
-        out = self._gen.standard_normal(size=tuple(int(d) for d in shape))
-        self.draws += int(out.size)
-        return out
-
     def discrete_laplace(self, scale: Fraction, size: int | None = None) -> np.ndarray | int:
         """Exact ``DLap(b)`` (CKS Algorithm 2, vectorised) with ``b = exact_scale(scale) = t/s``.
 

@@ -17,8 +17,8 @@ full histogram:
 * :meth:`GaussianCopula.marginal` — a k-way marginal table: exact for k ≤ 2,
   from a synthetic sample for k ≥ 3;
 * :meth:`GaussianCopula.sample` — synthetic records (DPCopula's Algorithm 3),
-  drawn from a passed-in drawer (seeded for tests/evaluation, CSPRNG-keyed
-  otherwise: :class:`histogram.noise.Randomness`).
+  drawn from a passed-in drawer's exact uniform integers (seeded for
+  tests/evaluation, CSPRNG-keyed otherwise: :class:`histogram.noise.Randomness`).
 """
 
 from __future__ import annotations
@@ -32,15 +32,30 @@ from scipy.special import ndtr, ndtri
 from histogram.copula.gaussian import bvn_rectangle, grid_cell_probabilities, thresholds
 from histogram.errors import MechanismError
 
-__all__ = ["GaussianCopula", "NormalSource"]
+__all__ = ["GaussianCopula", "NormalSource", "standard_normals"]
 
 _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(96)
 
 
 class NormalSource(Protocol):
-    """Where synthetic samples get their Gaussian variates (``GeneratorDrawer`` is one)."""
+    """Where synthetic samples get their randomness: any :class:`~histogram.noise.NoiseDrawer`."""
 
-    def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray: ...
+    def uniform_int(self, high: np.ndarray) -> np.ndarray: ...
+
+
+_GRID = 2**53
+
+
+def standard_normals(source: NormalSource, shape: tuple[int, ...]) -> np.ndarray:
+    """Standard normal variates ``Φ⁻¹((U + ½)/2⁵³)`` from exact uniform integers ``U`` (post-processing only).
+
+    Only the drawer's exact ``uniform_int`` is used, so recording and replaying
+    drawers see the draw; the 53-bit grid truncates the tails at about 8.3σ,
+    which is immaterial for sampling synthetic records from a released model.
+    """
+    size = int(np.prod(shape))
+    u = source.uniform_int(np.full(size, _GRID, dtype=np.int64)).astype(np.float64)
+    return ndtri((u + 0.5) / _GRID).reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -98,7 +113,7 @@ class GaussianCopula:
     # -- sampling ------------------------------------------------------------
     def latent_sample(self, size: int, source: NormalSource) -> np.ndarray:
         """``size × m`` draws of the latent normal vector ``N(0, correlation)``."""
-        z = source.standard_normal((int(size), len(self.marginals)))
+        z = standard_normals(source, (int(size), len(self.marginals)))
         return z @ self.chol.T
 
     def discretise(self, latent: np.ndarray) -> np.ndarray:
