@@ -18,7 +18,8 @@ create() {  # name partitions config...
     --topic "$name" --partitions "$parts" --replication-factor "$RF" "${cfg[@]}"
 }
 
-common=(min.insync.replicas=2 unclean.leader.election.enable=false)
+# MIN_ISR: 2 with RF=3 in production; the single-broker compose stack sets MIN_ISR=1 RF=1
+common=(min.insync.replicas=${MIN_ISR:-2} unclean.leader.election.enable=false)
 # Input: raw events (personal data). Retention must exceed the longest outage you want to survive:
 # the service resumes from its journaled offsets, and an offset that expired is a refusal, not a skip.
 # message.timestamp.type=LogAppendTime: the broker stamps every record, and that stamp decides which

@@ -8,7 +8,9 @@ publications:
 
 * **BD** (budget distribution): a publication at ``t`` may use half of what
   the window ``[t−w+1, t−1]`` has left, ``ε_rm/2``; budget spent leaves the
-  window ``w`` timesteps later.
+  window ``w`` timesteps later. We round that ε down to a multiple of
+  (ε/2)/2³² (``bd_publication_epsilon``): never more than the paper spends,
+  and the exact fractions in the ledger and journal stay bounded in size.
 * **BA** (budget absorption): each timestep owns ε/(2w); a publication
   absorbs the unused shares of the timesteps since the last nullified
   stretch (up to ``w``), and the timesteps after it are nullified (skipped)
@@ -31,7 +33,21 @@ from controller.policies.base import REPUBLISH, Decision, DecisionContext, fresh
 from controller.units import WEvent
 from histogram.distance import l1_distance
 
-__all__ = ["KellarisState", "BudgetDistribution", "BudgetAbsorption"]
+__all__ = ["KellarisState", "BudgetDistribution", "BudgetAbsorption", "bd_publication_epsilon", "GRID_STEPS"]
+
+#: BD's publication ε is a whole multiple of (ε/2) / GRID_STEPS (see ``_Kellaris.grid``).
+GRID_STEPS = 2**32
+
+
+def bd_publication_epsilon(remaining: Fraction, grid: Fraction) -> Fraction:
+    """BD's publication ε: half of what the window has ``remaining``, rounded down to ``grid``.
+
+    Never more than ``remaining / 2`` (the paper's rule), so the window's bound is unchanged;
+    equal to it whenever that is already on the grid, e.g. for the first 32 halvings of a window.
+    """
+    if remaining <= 0:
+        return Fraction(0)
+    return (remaining / 2 // grid) * grid
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,17 @@ class _Kellaris:
         """ε/2: what publications in any window may spend together."""
         return self.unit.epsilon / 2
 
+    @property
+    def grid(self) -> Fraction:
+        """The unit BD's publication ε is a whole multiple of: (ε/2) / 2³², a public constant.
+
+        Rounding down to it spends at most what the paper's rule would, and keeps every ε in the
+        ledger and the journal on one grid, so their exact fractions stay a bounded size however
+        long the stream runs (without it, halving what is left after budget slid out of the
+        window adds a power of two to the denominators every few timesteps).
+        """
+        return self.publication_budget / GRID_STEPS
+
     def new_accountant(self) -> Accountant:
         return WindowAccountant(self.unit.epsilon, self.unit.w)
 
@@ -126,7 +153,7 @@ class BudgetDistribution(_Kellaris):
         recent = self._recent(state, t)
         state = replace(state, publications=recent)
         remaining = self.publication_budget - sum((e for _, e in recent), Fraction(0))
-        potential = remaining / 2
+        potential = bd_publication_epsilon(remaining, self.grid)
         if potential <= 0 or not ctx.accountant.can_spend(t, self.test_epsilon + potential):
             return REPUBLISH, state  # nothing could be published: skip the test, spend nothing
         if self._dissimilar(ctx, potential):

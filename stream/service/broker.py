@@ -15,18 +15,44 @@ Usage::
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["BrokerError", "EmbeddedBroker", "free_port", "wait_for_port"]
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """On Linux, a function for ``preexec_fn`` that has the kernel SIGKILL the broker when we die.
+
+    A test or demo killed with SIGKILL cannot stop its broker; without this the broker would
+    live on, holding memory and a port. ``PR_SET_PDEATHSIG`` fires when the *thread* that
+    forked exits, so it is only set from the main thread (whose exit is the process's).
+    libc is loaded here, before the fork, so the child makes one system call and nothing else.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
+
+    def arm() -> None:
+        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
+
+    return arm
 
 
 class BrokerError(RuntimeError):
@@ -123,6 +149,7 @@ class EmbeddedBroker:
             env=env,
             cwd=workdir,
             start_new_session=True,  # a Ctrl-C in the terminal reaches us, not the broker directly
+            preexec_fn=_die_with_parent(),  # noqa: PLW1509 - one prctl syscall, prepared before the fork
         )
         broker = cls(host, port, proc, _workdir=workdir)
         threading.Thread(target=broker._drain, name="broker-output", daemon=True).start()

@@ -3,9 +3,12 @@
 * ``/healthz`` (liveness) answers 200 while the process serves HTTP. It never
   asks Kafka: a broker outage must not make an orchestrator kill a healthy
   service (which would only add restarts to the outage).
-* ``/readyz`` (readiness) is 200 once start-up recovery is done and the last
-  Kafka transaction committed; 503 with the reason otherwise (starting,
-  recovering, retrying a transaction, stopping, refused to start).
+* ``/readyz`` (readiness) is 200 once start-up recovery is done, the last
+  Kafka transaction committed, the journal is writable, the broker answers
+  (:class:`stream.service.probe.BrokerProbe`) and the release loop keeps
+  turning; 503 with every reason otherwise (starting, recovering, retrying a
+  transaction, journal write failing, broker unreachable, loop stalled,
+  stopping, refused to start). The body names each check.
 * ``/metrics``: Prometheus text format from the injected registry.
 * ``/domain``: the stream's public domain message (what each count means).
 
@@ -30,24 +33,66 @@ __all__ = ["Health", "make_app", "HttpServer"]
 
 @dataclass
 class Health:
-    """Thread-safe service status shared with the HTTP thread."""
+    """Thread-safe service status shared with the HTTP thread and the broker probe.
+
+    ``set`` records the release loop's own state (starting, recovering, running, retrying a
+    transaction, journal blocked, stopping…); ``check`` records an independent check (the
+    broker probe). The service is ready only when the loop says so, no check fails, and —
+    with ``stall_after`` set — the loop ran an iteration within the last ``stall_after``
+    seconds (a loop stuck in a call is not ready, even if it last said "running").
+    """
 
     ready: bool = False
     reason: str = "starting"
     started: float = field(default_factory=time.time)
     last_loop: float = field(default_factory=time.monotonic)
+    stall_after: float | None = None
+    _failing: dict[str, str] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def set(self, ready: bool, reason: str = "") -> None:
         with self._lock:
             self.ready, self.reason = ready, reason or ("running" if ready else "not ready")
 
+    def check(self, name: str, ok: bool, reason: str = "") -> None:
+        """Record check ``name``: passing, or failing with ``reason`` (what is wrong, what to do)."""
+        with self._lock:
+            if ok:
+                self._failing.pop(name, None)
+            else:
+                self._failing[name] = reason or f"{name} check failing"
+
     def tick(self) -> None:
         self.last_loop = time.monotonic()
 
-    def view(self) -> tuple[bool, str, float]:
+    def checks(self) -> dict[str, str]:
+        """Every check's state: ``"ok"`` or why it fails (``loop`` is the release loop)."""
+        ready, reason, idle = self._loop_view()
         with self._lock:
-            return self.ready, self.reason, time.monotonic() - self.last_loop
+            failing = dict(self._failing)
+        return {"loop": "ok" if ready else reason, **{name: failing.get(name, "ok") for name in sorted(failing)}}
+
+    def _loop_view(self) -> tuple[bool, str, float]:
+        with self._lock:
+            ready, reason = self.ready, self.reason
+        idle = time.monotonic() - self.last_loop
+        if ready and self.stall_after is not None and idle > self.stall_after:
+            return False, (f"release loop stalled: no iteration for {idle:.0f} s (stuck in a Kafka or disk "
+                           "call?); see the log, a restart is safe (the journal re-sends what was pending)"), idle
+        return ready, reason, idle
+
+    def view(self) -> tuple[bool, str, float]:
+        """(ready, reason, seconds since the loop's last iteration)."""
+        ready, reason, idle = self._loop_view()
+        with self._lock:
+            failing = list(self._failing.values())
+        if failing:
+            reasons = failing if ready else [reason, *failing]
+            return False, "; ".join(reasons), idle
+        return ready, reason, idle
+
+    def is_ready(self) -> bool:
+        return self.view()[0]
 
 
 Response = tuple[str, list[tuple[str, str]], bytes]
@@ -66,7 +111,7 @@ def make_app(registry: CollectorRegistry, health: Health,
             return "200 OK", [("Content-Type", "application/json")], body.encode()
         if path == "/readyz":
             ready, reason, _ = health.view()
-            body = json.dumps({"ready": ready, "state": reason}).encode()
+            body = json.dumps({"ready": ready, "state": reason, "checks": health.checks()}).encode()
             return ("200 OK" if ready else "503 Service Unavailable"), [("Content-Type", "application/json")], body
         if path == "/domain":
             data = domain()

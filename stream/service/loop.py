@@ -98,6 +98,7 @@ from stream.service.kafka_io import (
 )
 from stream.service.logs import get_logger, log
 from stream.service.metrics import Metrics
+from stream.service.probe import BrokerProbe
 from stream.service.public import ReleaseFeed, start_public
 
 __all__ = ["Service", "run_service", "Failpoints", "FAILPOINTS", "EXIT_OK", "EXIT_REFUSED", "EXIT_FAILED"]
@@ -109,6 +110,9 @@ COMPACTION_FAILPOINTS = COMPACTION_POINTS
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 LAG_INTERVAL_S = 5.0
 MAX_RELEASES_PER_CHECKPOINT = 100
+#: not ready when the loop ran no iteration for max(this, 3 × kafka.request_timeout_ms): one
+#: iteration may legitimately wait on a Kafka request (end offsets, a transaction) that long
+LOOP_STALL_MIN_S = 120.0
 
 _log = get_logger("service")
 
@@ -794,6 +798,11 @@ def run_service(
     stop = stop or threading.Event()
     metrics = metrics or Metrics()
     health = health or Health()
+    # readiness also follows the loop (stalled: not ready) and the broker (stream/service/probe.py);
+    # dpstream_ready reads /readyz's answer at every scrape
+    health.stall_after = max(LOOP_STALL_MIN_S, 3 * settings.kafka.request_timeout_ms / 1000)
+    metrics.track_ready(health.is_ready)
+    probe: BrokerProbe | None = None
     failpoints = Failpoints(os.environ.get("DPSTREAM_FAILPOINT"))
     if install_signals and threading.current_thread() is threading.main_thread():
         _install_signals(stop)
@@ -808,6 +817,9 @@ def run_service(
                                    settings.service.http_port).start() if http else None
 
         def started(worker: Any, _server: Any) -> None:
+            nonlocal probe  # a worker's partitions move with the group: probe partition 0 of the input
+            probe = BrokerProbe(settings.kafka, lambda: [TopicPartition(settings.kafka.input_topic, 0)],
+                                health=health, metrics=metrics).start()
             if on_started is not None:
                 on_started(worker, worker_server)
 
@@ -815,6 +827,8 @@ def run_service(
             return run_worker(settings, stop=stop, metrics=metrics, health=health, on_started=started)
         finally:
             finished.set()
+            if probe is not None:
+                probe.stop()
             if worker_server is not None:
                 worker_server.stop()
     if settings.service.role == "releaser":  # scale-out: the one process that releases
@@ -838,6 +852,9 @@ def run_service(
             health.set(False, f"refused to start: {exc}")
             log(_log, logging.ERROR, "refusing to start", error=str(exc), error_type=type(exc).__name__)
             return EXIT_REFUSED
+        reader = service.reader
+        probe = BrokerProbe(settings.kafka, lambda: reader.tps if reader is not None else [],
+                            health=health, metrics=metrics).start()
         if on_started is not None:
             on_started(service, server)
         return service.run()
@@ -847,6 +864,8 @@ def run_service(
         return EXIT_FAILED
     finally:
         finished.set()
+        if probe is not None:
+            probe.stop()
         service.close()
         if server is not None:
             server.stop()

@@ -18,6 +18,7 @@ the public network.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -62,6 +63,9 @@ CLASSES: dict[str, str] = {
     "dpstream_recoveries": "health",
     "dpstream_last_release_timestamp_seconds": "health",
     "dpstream_ready": "health",
+    "dpstream_broker_connected": "health",
+    "dpstream_broker_probe_failures": "health",
+    "dpstream_start_time_seconds": "health",
 }
 #: The only label names a metric may have, each with a closed set of values from code or configuration.
 LABELS = frozenset({"reason", "kind", "outcome", "retriable", "partition"})
@@ -143,6 +147,8 @@ class Metrics:
             self.transactions.labels(outcome)
         self.kafka_errors = Counter("kafka_errors", "Kafka operation failures, by retriability.", ["retriable"],
                                     namespace=ns, registry=r)
+        for retriable in ("true", "false"):  # exported as 0 from the start (dashboards and rate() see them)
+            self.kafka_errors.labels(retriable)
         self.recoveries = Counter("recoveries", "Start-ups that re-sent an uncommitted journaled checkpoint.",
                                   namespace=ns, registry=r)
         self.last_release_time = Gauge("last_release_timestamp_seconds",
@@ -150,11 +156,24 @@ class Metrics:
                                        namespace=ns, registry=r)
         self.last_timestep = Gauge("last_released_timestep", "Index of the last timestep released.",
                                    namespace=ns, registry=r)
-        self.ready = Gauge("ready", "1 when the service is running and its last transaction committed.",
-                           namespace=ns, registry=r)
+        self.ready = Gauge("ready", "1 when /readyz answers 200: recovered, last transaction committed, journal "
+                           "writable, broker reachable, release loop turning.", namespace=ns, registry=r)
+        self.broker_connected = Gauge(
+            "broker_connected", "1 while the Kafka cluster answers the broker probe (ListOffsets of the input "
+            "topic), 0 after it failed twice in a row (stream/service/probe.py).", namespace=ns, registry=r)
+        self.broker_probe_failures = Counter(
+            "broker_probe_failures", "Broker probes that failed (timed out or refused).", namespace=ns, registry=r)
+        self.start_time = Gauge("start_time_seconds", "When this process started (Unix seconds): the alert on "
+                                "stalled releases counts from here until the first release.",
+                                namespace=ns, registry=r)
+        self.start_time.set_to_current_time()
         self.info = Info("build", "Stream identity and method (public configuration).", namespace=ns, registry=r)
 
     # -- helpers used by the service ------------------------------------------------
+    def track_ready(self, is_ready: Callable[[], bool]) -> None:
+        """``dpstream_ready`` reads ``is_ready()`` at every scrape: it always agrees with ``/readyz``."""
+        self.ready.set_function(lambda: 1.0 if is_ready() else 0.0)
+
     def set_budget(self, *, budget: Fraction, spent: Fraction, remaining: Fraction, exhausted: bool) -> None:
         self.epsilon_budget.set(float(budget))
         self.epsilon_spent.set(float(spent))

@@ -34,15 +34,7 @@ def _cases():
         for m in METHODS:
             if m in ("bd", "ba") and unit_kind == "user-level":
                 continue
-            marks = ()
-            if m == "bd" and unit_kind == "w-event":
-                # BD gives each publication half of the budget left in the window; with budget
-                # recycled from charges that slid out, the exact Fractions get a new power of two in
-                # their denominators every few timesteps: the snapshot grows by ~1.2 bytes per
-                # timestep (3.5 KB at 500, 16 KB at 10,000). Bounding it would round BD's ε down to
-                # a fixed grid, which changes its release bytes: left for the method's owner.
-                marks = (pytest.mark.xfail(strict=True, reason="BD's exact ε denominators grow with time"),)
-            yield pytest.param(unit_kind, m, marks=marks, id=f"{unit_kind}-{m}")
+            yield pytest.param(unit_kind, m, id=f"{unit_kind}-{m}")
 
 
 @pytest.mark.slow

@@ -31,7 +31,12 @@ import pytest
 
 from controller.accountant import Accountant, WindowAccountant
 from controller.policies.base import REPUBLISH, DecisionContext, fresh
-from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
+from controller.policies.kellaris import (
+    GRID_STEPS,
+    BudgetAbsorption,
+    BudgetDistribution,
+    bd_publication_epsilon,
+)
 from controller.step import Engine
 from controller.units import WEvent
 from histogram.distance import l1_distance
@@ -296,7 +301,8 @@ def budget_violations(policy, releases, eps: Fraction = EPS, w: int = W) -> list
             expected = share * available
         else:
             spent = sum((e for s, e in pubs if s > t - w), Fraction(0))
-            expected = (half - spent) / 2
+            expected = bd_publication_epsilon(half - spent, half / GRID_STEPS)
+            assert expected <= (half - spent) / 2  # the paper's rule, rounded down to a public grid
             if expected <= 0:
                 if tests or pub:
                     errors.append(f"t={t}: window exhausted but tested or published")

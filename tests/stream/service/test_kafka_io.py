@@ -40,6 +40,42 @@ def test_broker_starts_on_a_free_port_and_stops():
     b.stop()  # idempotent
 
 
+def test_a_killed_parent_takes_its_broker_with_it():
+    """A test or demo killed with SIGKILL must not leave an orphaned broker holding a port."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("from stream.service.broker import EmbeddedBroker\n"
+            "b = EmbeddedBroker.start()\n"
+            "print(b.process.pid, flush=True)\n"
+            "import time; time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        broker_pid = int(parent.stdout.readline())  # type: ignore[union-attr]
+        os.kill(broker_pid, 0)  # the broker is running
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(broker_pid, 0)
+            except ProcessLookupError:
+                return
+            try:  # reap it if it became our zombie (it is not our child, so normally init does)
+                os.waitpid(broker_pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.1)
+        os.kill(broker_pid, signal.SIGKILL)
+        raise AssertionError("the broker outlived its killed parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
 def test_broker_on_an_explicit_port():
     port = free_port()
     with EmbeddedBroker.start(port) as b:

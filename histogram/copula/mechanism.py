@@ -1,0 +1,327 @@
+"""DPCopula (Li, Xiong & Jiang, EDBT 2014; thesis ch. 3): a DP Gaussian copula of a record table.
+
+One release at a total ε (charged once, by the caller's accountant, before
+:meth:`DPCopula.release` draws anything) spends
+
+* ``ε₁ = ε·k/(k+1)`` on the marginals: all ``m`` one-way count vectors get
+  discrete Laplace noise of scale ``c·m/ε₁`` (their concatenation has L1
+  sensitivity ``c·m`` for a person with at most ``c`` records), which is the
+  paper's ``ε₁/m`` per margin;
+* ``ε₂ = ε/(k+1)`` on the ``P = m(m−1)/2`` pairwise dependence statistics,
+  ``ε₂/P`` each (the paper's Algorithm 4/5 split; k is the paper's ratio,
+  default 8).
+
+Dependence variants (``variant``):
+
+``kendall`` (the paper's main variant)
+    Kendall's τ-a of each pair with the denominator floored at a *public*
+    ``min_records`` = n₀: ``τ₀ = (n_c − n_d) / C(max(n, n₀), 2)``. The paper's
+    Lemma 4.1 gives Δ = 4/(n+1) with the data's own n, which is private under
+    add/remove neighbours; with the floor, Δ = 4/(n₀+1) for every n
+    (``docs/privacy.md``, DPCopula section). τ₀ is released on the grid
+    ``γ = Δ/K``: ``Q = ⌊τ₀/γ⌋`` changes by at most K between neighbours
+    (``|⌊x⌋ − ⌊y⌋| < |x − y| + 1``), and gets discrete Laplace noise of
+    scale ``c·P·K/ε₂``: exact, pure ε₂-DP.
+``mle`` (the paper's Algorithm 2, subsample and aggregate)
+    Every record is put in one of ``l = partitions`` parts by a uniform draw
+    of its own; each part's latent correlation estimate (normal scores of
+    within-part mid-ranks, Pearson correlation: the standard closed-form
+    approximation of the Gaussian-copula pseudo-MLE) is clipped to [−1, 1]
+    and rounded to the grid 1/K; the sum over parts changes by at most 2K
+    per coefficient when one record moves, and gets noise ``c·P·2K/ε₂``.
+``median`` (seed 001's data: median-split two-way tables)
+    Split points are the levels closest to the median of each *released*
+    marginal (post-processing of the ε₁ part), every pair's 2 × 2 table of
+    above/below counts gets noise ``c·P/ε₂`` per cell (one record moves one
+    cell of each table), and ρ is the latent correlation that reproduces the
+    noisy table's concordance (the tetrachoric estimate; seed 001's Bayesian
+    posterior uses the same likelihood, we report its point estimate).
+
+Post-processing (no privacy cost): noisy marginals are clipped at 0 and
+normalised; τ is mapped to ρ either by the paper's ``sin(πτ/2)``
+(``tau_mapping="paper"``, exact only for continuous data) or by solving for
+the ρ whose discretised latent normal (with the released marginals) has that
+τ-a (``"discrete"``, default: binned data are full of ties); the matrix is
+projected to the nearest positive definite correlation matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from math import comb
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+from histogram.copula.gaussian import (
+    bvn_cdf,
+    grid_cell_probabilities,
+    nearest_correlation,
+    thresholds,
+)
+from histogram.copula.model import GaussianCopula
+from histogram.copula.statistics import (
+    check_records,
+    concordance,
+    marginal_counts,
+    median_split_table,
+    pairs,
+    two_way,
+)
+from histogram.errors import MechanismError
+from histogram.noise import NoiseDrawer
+
+__all__ = ["DPCopula", "CopulaRelease", "VARIANTS", "tau_of_rho", "kendall_grid_statistic"]
+
+VARIANTS = ("kendall", "mle", "median")
+
+
+def _positive_fraction(value: object, name: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, Fraction | int) or value <= 0:
+        raise MechanismError(f"{name} must be a positive exact number (int or Fraction), got {value!r}")
+    return Fraction(value)
+
+
+def kendall_grid_statistic(s: int, n: int, min_records: int, resolution: int) -> int:
+    """``⌊τ₀ / γ⌋`` with ``τ₀ = s / C(max(n, n₀), 2)`` and ``γ = 4/((n₀+1)·K)``, exactly in integers."""
+    d = comb(max(n, min_records), 2)
+    return (s * resolution * (min_records + 1)) // (4 * d)
+
+
+def tau_of_rho(t1: np.ndarray, t2: np.ndarray, rho: float) -> float:
+    """τ-a (population form ``P(conc) − P(disc)``) of two discretised latent normals with correlation ρ."""
+    p = grid_cell_probabilities(t1, t2, rho)
+    above = np.zeros_like(p)
+    above[:-1] = np.cumsum(p[::-1], axis=0)[::-1][1:]
+    right = np.zeros_like(p)
+    right[:, :-1] = np.cumsum(above[:, ::-1], axis=1)[:, ::-1][:, 1:]
+    left = np.zeros_like(p)
+    left[:, 1:] = np.cumsum(above, axis=1)[:, :-1]
+    return float(2 * (p * (right - left)).sum())
+
+
+def _solve_increasing(f, target: float, iterations: int = 50) -> float:
+    """ρ ∈ [−1, 1] with ``f(ρ) = target`` for increasing ``f`` (bisection; clamps outside the range)."""
+    lo, hi = -0.9999, 0.9999
+    if target <= f(lo):
+        return lo
+    if target >= f(hi):
+        return hi
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        if f(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class CopulaRelease:
+    """One DPCopula release: everything in it is DP output and may be published.
+
+    Attributes:
+        model: the released Gaussian copula (marginals, correlation, total).
+        marginal_counts: the noisy one-way counts (int64), one vector per attribute.
+        dependence: the noisy per-pair statistic on its published scale (τ₀ for
+            ``kendall``, the averaged correlation for ``mle``, 2 × 2 noisy
+            counts flattened for ``median``), in :func:`pairs` order.
+        raw_correlation: the correlation estimate before projection (may be indefinite).
+        epsilon: the ε this release cost (ε₁ + ε₂).
+        variant: ``kendall`` | ``mle`` | ``median``.
+    """
+
+    model: GaussianCopula
+    marginal_counts: tuple[np.ndarray, ...]
+    dependence: np.ndarray
+    raw_correlation: np.ndarray
+    epsilon: Fraction
+    variant: str
+
+
+@dataclass(frozen=True)
+class DPCopula:
+    """The DPCopula mechanism over a fixed public domain (``levels`` per attribute).
+
+    Attributes:
+        levels: number of levels of each attribute (public; ≥ 2 attributes).
+        variant: one of :data:`VARIANTS`.
+        ratio: the paper's k = ε₁/ε₂ (exact; default 8).
+        min_records: n₀, a public floor on the Kendall denominator (≥ 2);
+            set it near the smallest per-timestep population you expect.
+        partitions: l, the number of parts of the ``mle`` variant.
+        resolution: K, grid points per sensitivity unit (≥ 1).
+        sensitivity: c, records per person per timestep (contribution bound).
+        tau_mapping: ``discrete`` (default) or ``paper`` (``sin(πτ/2)``).
+    """
+
+    levels: tuple[int, ...]
+    variant: str = "kendall"
+    ratio: Fraction = Fraction(8)
+    min_records: int = 100
+    partitions: int = 20
+    resolution: int = 1000
+    sensitivity: int = 1
+    tau_mapping: str = "discrete"
+    name: str = "dpcopula"
+
+    def __post_init__(self) -> None:
+        levels = tuple(self.levels)
+        if len(levels) < 2 or any(isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 2 for v in levels):
+            raise MechanismError(f"levels must list >= 2 attributes with >= 2 levels each, got {self.levels!r}")
+        object.__setattr__(self, "levels", tuple(int(v) for v in levels))
+        if self.variant not in VARIANTS:
+            raise MechanismError(f"unknown DPCopula variant {self.variant!r}: choose one of {', '.join(VARIANTS)}")
+        object.__setattr__(self, "ratio", _positive_fraction(self.ratio, "ratio (ε₁/ε₂)"))
+        for name, low in (("min_records", 2), ("partitions", 1), ("resolution", 1), ("sensitivity", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise MechanismError(f"{name} must be an integer >= {low}, got {v!r}")
+        if self.tau_mapping not in ("discrete", "paper"):
+            raise MechanismError(f"tau_mapping must be 'discrete' or 'paper', got {self.tau_mapping!r}")
+
+    # -- privacy map -------------------------------------------------------
+    @property
+    def pair_count(self) -> int:
+        return comb(len(self.levels), 2)
+
+    def split(self, epsilon: Fraction) -> tuple[Fraction, Fraction]:
+        """``(ε₁, ε₂)``: marginals and dependence shares of ``epsilon``; they sum to it exactly."""
+        eps = _positive_fraction(epsilon, "epsilon")
+        eps1 = eps * self.ratio / (self.ratio + 1)
+        return eps1, eps - eps1
+
+    def marginal_scale(self, epsilon: Fraction) -> Fraction:
+        """Discrete Laplace scale of each one-way count: ``c·m/ε₁``."""
+        eps1, _ = self.split(epsilon)
+        return Fraction(self.sensitivity * len(self.levels)) / eps1
+
+    def dependence_sensitivity(self) -> int:
+        """L1 sensitivity of the integer per-pair statistic vector (all P pairs), for one person."""
+        per_pair = {"kendall": self.resolution, "mle": 2 * self.resolution, "median": 1}[self.variant]
+        return self.sensitivity * self.pair_count * per_pair
+
+    def dependence_scale(self, epsilon: Fraction) -> Fraction:
+        """Discrete Laplace scale of each per-pair integer statistic: sensitivity / ε₂."""
+        _, eps2 = self.split(epsilon)
+        return Fraction(self.dependence_sensitivity()) / eps2
+
+    def epsilon(self, epsilon: Fraction) -> Fraction:
+        """The ε one release at ``epsilon`` costs (all of it: ε₁ + ε₂)."""
+        return sum(self.split(epsilon), Fraction(0))
+
+    # -- release -----------------------------------------------------------
+    def release(self, records: np.ndarray, epsilon: Fraction, noise: NoiseDrawer) -> CopulaRelease:
+        """Release a DP Gaussian copula of ``records`` at ``epsilon`` (already charged by the caller)."""
+        x = check_records(records, self.levels)
+        levels = self.levels
+        m = len(levels)
+        true_marginals = marginal_counts(x, levels)
+        flat = np.concatenate(true_marginals)
+        noisy_flat = flat + np.asarray(noise.discrete_laplace(self.marginal_scale(epsilon), flat.size), dtype=np.int64)
+        cuts = np.cumsum([0, *levels])
+        noisy_marginals = tuple(noisy_flat[cuts[j] : cuts[j + 1]].copy() for j in range(m))
+        for v in noisy_marginals:
+            v.setflags(write=False)
+        probs = tuple(_probabilities(v) for v in noisy_marginals)
+        totals = [float(v.sum()) for v in noisy_marginals]
+        total = max(0.0, float(np.mean(totals)))
+        scale = self.dependence_scale(epsilon)
+        ps = pairs(m)
+        if self.variant == "kendall":
+            stats = np.array(
+                [kendall_grid_statistic(concordance(two_way(x, levels, j, k)), x.shape[0], self.min_records, self.resolution)
+                 for j, k in ps],
+                dtype=np.int64,
+            )
+            noisy = stats + np.asarray(noise.discrete_laplace(scale, len(ps)), dtype=np.int64)
+            gamma = 4.0 / ((self.min_records + 1) * self.resolution)
+            tau = np.clip((noisy + 0.5) * gamma, -1.0, 1.0)
+            # undo the floor on the denominator with the DP total (post-processing)
+            n_hat = max(total, 2.0)
+            if n_hat < self.min_records:
+                tau = np.clip(tau * comb(self.min_records, 2) / (n_hat * (n_hat - 1) / 2), -1.0, 1.0)
+            dependence = tau
+            rho = self._rho_from_tau(tau, probs)
+        elif self.variant == "mle":
+            part = noise.uniform_int(np.full(x.shape[0], self.partitions, dtype=np.int64)) if x.shape[0] else np.zeros(0, np.int64)
+            stats = _partition_sums(x, part, self.partitions, self.resolution, ps)
+            noisy = stats + np.asarray(noise.discrete_laplace(scale, len(ps)), dtype=np.int64)
+            dependence = np.clip(noisy / (self.resolution * self.partitions), -1.0, 1.0)
+            rho = dependence.copy()
+        else:
+            split = [_median_cut(p) for p in probs]
+            tables = np.stack([median_split_table(x, j, k, split[j], split[k]).reshape(-1) for j, k in ps])
+            noisy = tables + np.asarray(noise.discrete_laplace(scale, tables.size), dtype=np.int64).reshape(tables.shape)
+            dependence = noisy.astype(np.int64)
+            z = [float(ndtri(np.clip(p[: split[j] + 1].sum(), 1e-12, 1 - 1e-12))) for j, p in enumerate(probs)]
+            rho = np.array([_rho_from_table(noisy[i], z[j], z[k]) for i, (j, k) in enumerate(ps)])
+        raw = np.eye(m)
+        for i, (j, k) in enumerate(ps):
+            raw[j, k] = raw[k, j] = rho[i]
+        corr = nearest_correlation(raw)
+        dependence = np.asarray(dependence)
+        dependence.setflags(write=False)
+        raw.setflags(write=False)
+        model = GaussianCopula(probs, corr, total)
+        return CopulaRelease(model, noisy_marginals, dependence, raw, self.epsilon(epsilon), self.variant)
+
+    def _rho_from_tau(self, tau: np.ndarray, probs: tuple[np.ndarray, ...]) -> np.ndarray:
+        ps = pairs(len(self.levels))
+        if self.tau_mapping == "paper":
+            return np.sin(np.pi / 2 * tau)
+        cuts = [thresholds(p) for p in probs]
+        return np.array([_solve_increasing(lambda r, j=j, k=k: tau_of_rho(cuts[j], cuts[k], r), float(t))
+                         for t, (j, k) in zip(tau, ps, strict=True)])
+
+
+def _probabilities(noisy: np.ndarray) -> np.ndarray:
+    """Noisy counts → probabilities: clip at 0, normalise; uniform when nothing is left."""
+    c = np.maximum(np.asarray(noisy, dtype=float), 0.0)
+    s = c.sum()
+    return c / s if s > 0 else np.full(c.size, 1.0 / c.size)
+
+
+def _median_cut(p: np.ndarray) -> int:
+    """The level v in 0..L−2 whose cumulative probability is closest to 1/2 (split: ≤ v vs > v)."""
+    cdf = np.cumsum(p)[:-1]
+    return int(np.argmin(np.abs(cdf - 0.5)))
+
+
+def _rho_from_table(cells: np.ndarray, zj: float, zk: float) -> float:
+    """Latent ρ whose model 2 × 2 table at cut points (zj, zk) has the noisy table's concordance."""
+    c = np.maximum(np.asarray(cells, dtype=float), 0.0)
+    if c.sum() <= 0:
+        return 0.0
+    p = c / c.sum()
+    q = (p[0] + p[3]) - (p[1] + p[2])
+    fj, fk = float(ndtr(zj)), float(ndtr(zk))
+
+    def model(r: float) -> float:
+        p00 = float(bvn_cdf(zj, zk, r))
+        return 2 * (1 - fj - fk + 2 * p00) - 1
+
+    return _solve_increasing(model, q)
+
+
+def _partition_sums(x: np.ndarray, part: np.ndarray, parts: int, resolution: int, ps) -> np.ndarray:
+    """Σ over parts of ``round(K · r_t)`` per pair, ``r_t`` the part's normal-scores correlation (0 if < 3 records)."""
+    from scipy.stats import rankdata
+
+    out = np.zeros(len(ps), dtype=np.int64)
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(parts + 1))
+    for t in range(parts):
+        rows = x[order[bounds[t] : bounds[t + 1]]]
+        n_t = rows.shape[0]
+        if n_t < 3:
+            continue
+        scores = ndtri(rankdata(rows, axis=0) / (n_t + 1))
+        scores -= scores.mean(axis=0)
+        norms = np.sqrt((scores**2).sum(axis=0))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = (scores.T @ scores) / np.outer(norms, norms)
+        r = np.nan_to_num(np.clip(r, -1.0, 1.0), nan=0.0)
+        out += np.array([int(np.rint(resolution * r[j, k])) for j, k in ps], dtype=np.int64)
+    return out
