@@ -388,6 +388,19 @@ class _FakeProducer:
         pass
 
 
+class _FakeProbe:
+    """The broker probe (:class:`stream.service.probe.BrokerProbe`) of a broker that always answers."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def start(self) -> _FakeProbe:
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        pass
+
+
 def fake_kafka_parts(kafka: FakeKafka) -> dict[str, Any]:
     """Replacements for the Kafka functions and classes ``stream.service.loop`` imports, by name.
 
@@ -403,4 +416,5 @@ def fake_kafka_parts(kafka: FakeKafka) -> dict[str, Any]:
         "read_tail": lambda k, topic, *, key, last, **kw: list(kafka.tail)[-last:],
         "make_producer": lambda *a, **kw: _FakeProducer(),
         "TransactionalWriter": lambda producer, group_metadata, state_topic, failpoint: _FakeWriter(kafka),
+        "BrokerProbe": _FakeProbe,  # run_service's probe would dial kafka.bootstrap_servers
     }
