@@ -48,6 +48,8 @@ FIELDS: dict[str, str] = {
     "timeout_seconds": "a configured timeout",
     "cause": "why a journal write failed: the OS error text, e.g. 'No space left on device' (operational)",
     "attempts": "how many times a journal write was tried (operational)",
+    "bootstrap": "kafka.bootstrap_servers the broker probe asks (configuration)",
+    "failed_probes": "consecutive failed broker probes (operational)",
 }
 _MAX_ITEMS = 8
 _RESERVED = set(logging.LogRecord("x", 0, "x", 0, "x", None, None).__dict__) | {"message", "asctime"}
