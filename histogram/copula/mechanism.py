@@ -130,6 +130,8 @@ class CopulaRelease:
         raw_correlation: the correlation estimate before projection (may be indefinite).
         epsilon: the ε this release cost (ε₁ + ε₂).
         variant: ``kendall`` | ``mle`` | ``median``.
+        intervals: ``median`` with the Bayes estimator: per pair, the 95 %
+            posterior interval of ρ (before projection), else None.
     """
 
     model: GaussianCopula
@@ -138,6 +140,7 @@ class CopulaRelease:
     raw_correlation: np.ndarray
     epsilon: Fraction
     variant: str
+    intervals: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,8 @@ class DPCopula:
         resolution: K, grid points per sensitivity unit (≥ 1).
         sensitivity: c, records per person per timestep (contribution bound).
         tau_mapping: ``discrete`` (default) or ``paper`` (``sin(πτ/2)``).
+        median_estimator: ``bayes`` (default: seed 001's noise-aware posterior,
+            mean and 95 % interval per pair) or ``tetrachoric`` (point estimate).
     """
 
     levels: tuple[int, ...]
@@ -164,6 +169,7 @@ class DPCopula:
     resolution: int = 1000
     sensitivity: int = 1
     tau_mapping: str = "discrete"
+    median_estimator: str = "bayes"
     name: str = "dpcopula"
 
     def __post_init__(self) -> None:
@@ -180,6 +186,8 @@ class DPCopula:
                 raise MechanismError(f"{name} must be an integer >= {low}, got {v!r}")
         if self.tau_mapping not in ("discrete", "paper"):
             raise MechanismError(f"tau_mapping must be 'discrete' or 'paper', got {self.tau_mapping!r}")
+        if self.median_estimator not in ("bayes", "tetrachoric"):
+            raise MechanismError(f"median_estimator must be 'bayes' or 'tetrachoric', got {self.median_estimator!r}")
 
     # -- privacy map -------------------------------------------------------
     @property
@@ -229,6 +237,7 @@ class DPCopula:
         total = max(0.0, float(np.mean(totals)))
         scale = self.dependence_scale(epsilon)
         ps = pairs(m)
+        intervals = None
         if self.variant == "kendall":
             stats = np.array(
                 [kendall_grid_statistic(concordance(two_way(x, levels, j, k)), x.shape[0], self.min_records, self.resolution)
@@ -256,7 +265,12 @@ class DPCopula:
             noisy = tables + np.asarray(noise.discrete_laplace(scale, tables.size), dtype=np.int64).reshape(tables.shape)
             dependence = noisy.astype(np.int64)
             z = [float(ndtri(np.clip(p[: split[j] + 1].sum(), 1e-12, 1 - 1e-12))) for j, p in enumerate(probs)]
-            rho = np.array([_rho_from_table(noisy[i], z[j], z[k]) for i, (j, k) in enumerate(ps)])
+            if self.median_estimator == "bayes":
+                post = [posterior_from_table(noisy[i], z[j], z[k], float(scale)) for i, (j, k) in enumerate(ps)]
+                rho = np.array([m_ for m_, _, _ in post])
+                intervals = np.array([[lo, hi] for _, lo, hi in post])
+            else:
+                rho = np.array([_rho_from_table(noisy[i], z[j], z[k]) for i, (j, k) in enumerate(ps)])
         raw = np.eye(m)
         for i, (j, k) in enumerate(ps):
             raw[j, k] = raw[k, j] = rho[i]
@@ -265,7 +279,9 @@ class DPCopula:
         dependence.setflags(write=False)
         raw.setflags(write=False)
         model = GaussianCopula(probs, corr, total)
-        return CopulaRelease(model, noisy_marginals, dependence, raw, self.epsilon(epsilon), self.variant)
+        if intervals is not None:
+            intervals.setflags(write=False)
+        return CopulaRelease(model, noisy_marginals, dependence, raw, self.epsilon(epsilon), self.variant, intervals)
 
     def _rho_from_tau(self, tau: np.ndarray, probs: tuple[np.ndarray, ...]) -> np.ndarray:
         ps = pairs(len(self.levels))
@@ -303,6 +319,41 @@ def _rho_from_table(cells: np.ndarray, zj: float, zk: float) -> float:
         return 2 * (1 - fj - fk + 2 * p00) - 1
 
     return _solve_increasing(model, q)
+
+
+_RHO_GRID = np.linspace(-0.995, 0.995, 399)
+
+
+def posterior_from_table(cells: np.ndarray, zj: float, zk: float, scale: float) -> tuple[float, float, float]:
+    """Seed 001's noise-aware posterior of ρ from one noisy 2 × 2 table: (mean, 2.5 %, 97.5 %).
+
+    Uniform prior on a grid of ρ; likelihood of the noisy cells ``ỹ = y + noise``
+    with ``y ~ Multinomial(n̂, p(ρ))`` (``p`` the latent quadrant probabilities at
+    the released cut points ``zj``, ``zk``) and independent discrete Laplace noise
+    of ``scale``, both replaced by their normal approximations (mean ``n̂·p``,
+    covariance ``n̂(diag p − ppᵀ) + v·I``, ``v`` the noise variance). Seed 001 uses
+    the exact sum over true counts with medians at 0 and a public n; here n is
+    private, so ``n̂`` is the noisy table's total. Post-processing only.
+    """
+    y = np.asarray(cells, dtype=float)
+    n_hat = max(float(y.sum()), 1.0)
+    alpha = np.exp(-1.0 / scale)
+    v = 2 * alpha / (1 - alpha) ** 2
+    fj, fk = float(ndtr(zj)), float(ndtr(zk))
+    p00 = bvn_cdf(np.full(_RHO_GRID.size, zj), np.full(_RHO_GRID.size, zk), _RHO_GRID)
+    p = np.stack([p00, fj - p00, fk - p00, 1 - fj - fk + p00], axis=1).clip(1e-12, 1.0)
+    cov = n_hat * (p[:, :, None] * np.eye(4)[None] - p[:, :, None] * p[:, None, :]) + (v + 1e-9) * np.eye(4)[None]
+    resid = y[None, :] - n_hat * p
+    sol = np.linalg.solve(cov, resid[:, :, None])[:, :, 0]
+    _, logdet = np.linalg.slogdet(cov)
+    loglik = -0.5 * (resid * sol).sum(axis=1) - 0.5 * logdet
+    w = np.exp(loglik - loglik.max())
+    w /= w.sum()
+    cdf = np.cumsum(w)
+    mean = float((w * _RHO_GRID).sum())
+    lo = float(_RHO_GRID[np.searchsorted(cdf, 0.025)])
+    hi = float(_RHO_GRID[min(np.searchsorted(cdf, 0.975), _RHO_GRID.size - 1)])
+    return mean, lo, hi
 
 
 def _partition_sums(x: np.ndarray, part: np.ndarray, parts: int, resolution: int, ps) -> np.ndarray:
