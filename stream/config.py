@@ -107,7 +107,11 @@ def _parse_time(value: object) -> datetime:
         dt = datetime.fromtimestamp(float(value), tz=UTC)
     else:
         text = str(value).strip()
-        dt = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+        try:
+            dt = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a time; write ISO-8601 like 2026-12-01T00:00:00Z, or epoch "
+                             "seconds") from None
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
@@ -684,8 +688,11 @@ def error_lines(exc: ValidationError) -> list[str]:
 
 
 def _format_errors(exc: ValidationError) -> str:
-    """``invalid configuration:`` and :func:`error_lines` below it, indented (one string)."""
-    return "invalid configuration:\n" + "\n".join(f"  {line}" for line in error_lines(exc))
+    """``invalid configuration: <the line>``, or that header with :func:`error_lines` below it."""
+    lines = error_lines(exc)
+    if len(lines) == 1:
+        return f"invalid configuration: {lines[0]}"
+    return "invalid configuration:\n" + "\n".join(lines)
 
 
 def _read_yaml(path: Path) -> None:
@@ -700,8 +707,25 @@ def _read_yaml(path: Path) -> None:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the configuration file ({exc.strerror or exc}); "
                           "check the path and its permissions") from None
+    class _StrictLoader(yaml.SafeLoader):
+        """SafeLoader that refuses a key given twice in one mapping (YAML keeps the last one silently)."""
+
+    def _mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if not isinstance(key, str | int | float | bool) or key is None:
+                continue  # SafeLoader itself reports an unhashable key
+            if key in seen:
+                raise ConfigError(
+                    f"{path}:{key_node.start_mark.line + 1}: the key {key!r} is given twice in one section (the "
+                    f"first, on line {seen[key] + 1}, would be ignored); merge the two into one")
+            seen[key] = key_node.start_mark.line
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)

@@ -154,7 +154,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         step_s = parse_duration(args.timestep).total_seconds()
     except ValueError as exc:
-        print(f"dpstream demo: error: {exc}", file=sys.stderr)
+        print(f"dpstream demo: error: --timestep: {exc}", file=sys.stderr)
+        return 2
+    if step_s <= 0:
+        print(f"dpstream demo: error: --timestep {args.timestep}: must be > 0; e.g. --timestep 2s",
+              file=sys.stderr)
         return 2
     try:
         broker = EmbeddedBroker.start(args.port or None)

@@ -41,10 +41,10 @@ def dpstream(*args: str, env: dict[str, str] | None = None, timeout: float = 60)
 
 
 def _config(tmp_path: Path, text: str = GOOD, *, replace: tuple[str, str] | None = None) -> str:
-    text = text.replace("STATE", str(tmp_path / "state"))
     if replace is not None:
         assert replace[0] in text, replace
         text = text.replace(*replace)
+    text = text.replace("STATE", str(tmp_path / "state"))
     path = tmp_path / "c.yaml"
     path.write_text(text)
     return str(path)
@@ -101,6 +101,18 @@ CASES = [
     ("demo --objects 0", None, ["demo", "--objects", "0"], {}, ["--objects", "0"]),
     ("demo --http-port 99999", None, ["demo", "--http-port", "99999"], {}, ["--http-port", "99999", "valid port"]),
     ("broker --port 70000", None, ["broker", "--port", "70000"], {}, ["--port", "70000", "valid port"]),
+    ("key given twice", GOOD + "release: {mechanism: psd}\n", ["check-config", "{cfg}"], {},
+     ["c.yaml:8", "'release'", "twice", "line 6"]),
+    ("bad start time", ("timestep: 1h", "timestep: 1h, start: tomorrow"), ["check-config", "{cfg}"], {},
+     ["stream.start", "'tomorrow'", "ISO-8601"]),
+    ("cutoff above horizon", ("cutoff: 2", "cutoff: 11"), ["check-config", "{cfg}"], {},
+     ["privacy.cutoff", "11", "privacy.horizon"]),
+    ("section not a mapping", ("service: {state_dir: STATE}", "service: 5"), ["check-config", "{cfg}"], {},
+     ["service = 5", "mapping"]),
+    ("demo --timestep 0s", None, ["demo", "--timestep", "0s"], {}, ["--timestep", "0s", "> 0"]),
+    ("demo --timestep soon", None, ["demo", "--timestep", "soon"], {}, ["--timestep", "'soon'"]),
+    ("generate --epsilon 0", None, ["generate", "census", "--timesteps", "3", "--population", "3", "--out",
+                                    "{tmp}/g", "--epsilon", "0"], {}, ["privacy.epsilon", "0", "> 0"]),
     ("unknown command", None, ["nosuch"], {}, ["nosuch", "choose from", "--help"]),
     ("unknown option", None, ["check-config", "{cfg}", "--frobnicate"], {}, ["--frobnicate"]),
 ]
