@@ -153,13 +153,17 @@ def test_port_in_use_at_start_up(tmp_path):
     assert f"service.http_port = {port}" in line and "in use" in line and "free port" in line, line
 
 
-def test_several_mistakes_give_one_line_each(tmp_path):
+@pytest.mark.parametrize("argv", [["check-config", "{cfg}"], ["run", "-c", "{cfg}"],
+                                  ["replay", "--config", "{cfg}", "--input", "{cfg}", "--output", "{tmp}/o"],
+                                  ["evaluate", "--config", "{cfg}", "--input", "{cfg}"]],
+                         ids=lambda argv: argv[0])
+def test_several_mistakes_give_one_line_each(tmp_path, argv):
     cfg = _config(tmp_path, replace=("decision: dsat", "decision: nope, mechanism: gauss, thresold: 1"))
-    result = dpstream("check-config", cfg)
+    result = dpstream(*[a.format(cfg=cfg, tmp=tmp_path) for a in argv])
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 3, result.stderr
-    assert all(line.startswith("dpstream check-config: error: release.") for line in lines), lines
+    assert all(line.startswith(f"dpstream {argv[0]}: error: release.") for line in lines), lines
 
 
 def test_a_valid_config_prints_one_summary_line_and_creates_nothing(tmp_path):
