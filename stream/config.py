@@ -28,6 +28,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -51,13 +52,29 @@ from histogram.lpa import LaplaceMechanism
 from histogram.mechanism import Mechanism
 from histogram.noise import Randomness
 
-__all__ = ["ConfigError", "Settings", "load_settings", "parse_duration", "format_duration"]
+__all__ = [
+    "ConfigError", "Settings", "load_settings", "missing_files", "parse_duration", "format_duration",
+    "SECRET_SETTINGS",
+]
 
 ENV_PREFIX = "DPSTREAM_"
 
 
 class ConfigError(ValueError):
-    """The configuration is invalid; the message lists every problem found."""
+    """The configuration is invalid; the message lists every problem found, one line each.
+
+    Each line names the setting (dotted path, e.g. ``service.http_port``), the
+    value found (never a secret's) and what to do. ``lines`` holds them.
+    """
+
+    def __init__(self, *lines: str) -> None:
+        self.lines: tuple[str, ...] = tuple(line for text in lines for line in text.splitlines() if line.strip())
+        super().__init__("\n".join(self.lines))
+
+
+#: Settings whose values are secrets: ``SecretStr`` in the model, never shown in an error, a log,
+#: ``repr`` or a dump; only :func:`stream.service.kafka_io.client_options` reads them in clear.
+SECRET_SETTINGS: frozenset[str] = frozenset({"kafka.sasl_plain_password"})
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
@@ -90,7 +107,11 @@ def _parse_time(value: object) -> datetime:
         dt = datetime.fromtimestamp(float(value), tz=UTC)
     else:
         text = str(value).strip()
-        dt = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+        try:
+            dt = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a time; write ISO-8601 like 2026-12-01T00:00:00Z, or epoch "
+                             "seconds") from None
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
@@ -198,7 +219,7 @@ class PIDSection(_Section):
     theta_d: float = 0.0
     theta: float = 0.5
     delta: float = 0.05
-    integral_window: int = 10
+    integral_window: int = Field(default=10, ge=1)
 
 
 class SharedPopulation(_Section):
@@ -256,7 +277,7 @@ class ReleaseSection(_Section):
     threshold: float = 0.025
     k: Exact | None = None
     svt_split: Literal["lyu", "even"] = "lyu"
-    burn_in: int = 0
+    burn_in: int = Field(default=0, ge=0)
     noise_floor: bool = False
     #: free post-processing of the published counts (:mod:`histogram.postprocess`); no ε
     postprocess: Literal["none", "nonnegative"] = "none"
@@ -349,16 +370,27 @@ class KafkaSection(_Section):
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_plain_username: str | None = None
-    sasl_plain_password: str | None = None
+    #: a secret (:data:`SECRET_SETTINGS`): give it as DPSTREAM_KAFKA__SASL_PLAIN_PASSWORD, not in the file
+    sasl_plain_password: SecretStr | None = None
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+
+    @field_validator("topic_partitions", "replication_factor", "max_poll_records", "max_poll_interval_ms",
+                     "session_timeout_ms", "heartbeat_interval_ms", "request_timeout_ms",
+                     "transaction_timeout_ms")
+    @classmethod
+    def _positive_count(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"{v} is not a positive count; set a whole number >= 1")
+        return v
 
 
 class ServiceSection(_Section):
     """``service.*``: the process around the pipeline."""
 
     http_host: str = "127.0.0.1"
+    #: TCP port of /metrics, /healthz, /readyz (0: any free port, printed at start-up)
     http_port: int = 8000
     #: the public port (releases, the domain message and the live page only: docs/api.md);
     #: None (the default) serves no public port, 0 any free port (tests)
@@ -398,6 +430,21 @@ class ServiceSection(_Section):
             raise ValueError(f"service.public_port {self.public_port} is also service.http_port: the public "
                              "port must not serve /metrics; choose another port")
         return self
+
+    @field_validator("http_port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        if not 0 <= v <= 65535:
+            raise ValueError(f"{v} is not a valid port (1–65535, or 0 for any free port); "
+                             "set service.http_port to a free port such as 8000")
+        return v
+
+    @field_validator("max_message_bytes", "max_events_per_message")
+    @classmethod
+    def _positive_count(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"{v} is not a positive count; set a whole number >= 1")
+        return v
 
     @field_validator("commit_interval", "poll_timeout", "shutdown_timeout")
     @classmethod
@@ -577,30 +624,152 @@ class Settings(BaseSettings):
         return self
 
 
+_FIXES = {
+    "int_parsing": "set a whole number",
+    "int_type": "set a whole number",
+    "int_from_float": "set a whole number",
+    "float_parsing": "set a number",
+    "float_type": "set a number",
+    "bool_parsing": "set true or false",
+    "bool_type": "set true or false",
+    "string_type": "set a text value (quote it in YAML)",
+    "list_type": "set a list, e.g. [a, b]",
+    "dict_type": "set a mapping of settings (key: value lines)",
+    "model_type": "set a mapping of settings (key: value lines)",
+    "model_attributes_type": "set a mapping of settings (key: value lines)",
+    "greater_than_equal": "set a larger value",
+    "greater_than": "set a larger value",
+    "less_than_equal": "set a smaller value",
+    "less_than": "set a smaller value",
+    "string_pattern_mismatch": "use letters, digits, '.', '_' and '-' only",
+    "literal_error": "use one of the values listed",
+}
+
+
+def _section_fields(loc: tuple[str, ...]) -> list[str]:
+    """The setting names valid at ``loc`` (a dotted path's parent), for 'did you mean'."""
+    model: Any = Settings
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part) or getattr(model, "model_fields", {}).get(
+            part + "_")
+        if field is None:
+            return []
+        annotation = field.annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _shown(value: object) -> str | None:
+    """A short rendering of a scalar input for an error line (None for mappings and lists)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        text = repr(value) if isinstance(value, str) else str(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return None
+
+
+def _error_line(err: Any) -> str:
+    parts = [str(p) for p in err.get("loc", ())]
+    parts = ["schema" if p == "schema_" else p for p in parts]
+    where = ".".join(parts) or "(top level)"
+    kind = err.get("type", "")
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        import difflib
+
+        valid = _section_fields(tuple(err.get("loc", ()))[:-1])
+        close = difflib.get_close_matches(parts[-1], valid, n=1) if parts else []
+        parent = ".".join(parts[:-1])
+        hint = (f"did you mean {parent + '.' if parent else ''}{close[0]}?" if close
+                else f"valid here: {', '.join(valid)}" if valid else "check the spelling")
+        return f"{where}: unknown setting; {hint} (see README 'Configuration')"
+    if kind == "missing":
+        env = ENV_PREFIX + "__".join(p.upper() for p in parts)
+        return f"{where}: required but not set; add it to the file (or set {env})"
+    shown = None if where in SECRET_SETTINGS or "password" in where else _shown(err.get("input"))
+    value = f" = {shown}" if shown is not None and not msg.startswith(shown) else ""
+    fix = _FIXES.get(kind)
+    msg = msg.replace("Input should be", "must be")
+    if kind.startswith(("greater", "less")):
+        fix = None
+    return f"{where}{value}: {msg}" + (f"; {fix}" if fix and fix not in msg else "")
+
+
+def error_lines(exc: ValidationError) -> list[str]:
+    """One line per pydantic error: dotted setting path, the value (never a secret's), what to do."""
+    return [_error_line(err) for err in exc.errors()]
+
+
 def _format_errors(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "schema_") or "(top level)"
-        loc = loc.replace("schema_", "schema")
-        msg = err.get("msg", "invalid")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown setting (check the spelling; see README 'Configuration')"
-        lines.append(f"  {loc}: {msg.removeprefix('Value error, ')}")
+    """``invalid configuration: <the line>``, or that header with :func:`error_lines` below it."""
+    lines = error_lines(exc)
+    if len(lines) == 1:
+        return f"invalid configuration: {lines[0]}"
     return "invalid configuration:\n" + "\n".join(lines)
 
 
+def _read_yaml(path: Path) -> None:
+    """Parse the file once up front so a syntax error is reported with its line, not a traceback."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({exc.reason}); save the configuration as UTF-8 YAML") \
+            from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration file ({exc.strerror or exc}); "
+                          "check the path and its permissions") from None
+    class _StrictLoader(yaml.SafeLoader):
+        """SafeLoader that refuses a key given twice in one mapping (YAML keeps the last one silently)."""
+
+    def _mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if not isinstance(key, str | int | float | bool) or key is None:
+                continue  # SafeLoader itself reports an unhashable key
+            if key in seen:
+                raise ConfigError(
+                    f"{path}:{key_node.start_mark.line + 1}: the key {key!r} is given twice in one section (the "
+                    f"first, on line {seen[key] + 1}, would be ignored); merge the two into one")
+            seen[key] = key_node.start_mark.line
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: YAML syntax error: {problem}; fix the indentation, quotes or brackets "
+                          "there") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{path}: the file holds a {type(data).__name__}, not settings; write sections like "
+                          "'privacy:' at the top level (see README 'Configuration')")
+
+
 def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
-    """Read, merge and validate settings.
+    """Read, merge and validate settings (a plain function: starts nothing, creates no file).
 
     Args:
         path: YAML file (optional: everything can come from the environment).
         overrides: highest-precedence values, as nested dicts by section.
 
     Raises:
-        ConfigError: with one line per problem.
+        ConfigError: with one line per problem, each naming the setting, the value and the fix.
+            Files the settings point at (TLS certificates) are not checked here: see
+            :func:`missing_files`.
     """
-    if path is not None and not Path(path).is_file():
-        raise ConfigError(f"configuration file {path} does not exist")
+    if path is not None:
+        if not Path(path).exists():
+            raise ConfigError(f"configuration file {path} does not exist; check the path (--config)")
+        if not Path(path).is_file():
+            raise ConfigError(f"configuration file {path} is not a file; give the path of a YAML file")
+        _read_yaml(Path(path))
 
     class _FromFile(Settings):
         model_config = SettingsConfigDict(**{**Settings.model_config, "yaml_file": str(path) if path else None})
@@ -608,7 +777,32 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     try:
         settings = _FromFile(**overrides)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc)) from None
+        raise ConfigError(*error_lines(exc)) from None
     except (ConfigurationError, ValueError) as exc:
         raise ConfigError(f"invalid configuration: {exc}") from None
     return settings.validate_all()
+
+
+#: Settings naming files that must exist on the machine the service runs on.
+FILE_SETTINGS: tuple[str, ...] = ("kafka.ssl_cafile", "kafka.ssl_certfile", "kafka.ssl_keyfile")
+
+
+def missing_files(settings: Settings) -> list[str]:
+    """One error line per file setting (:data:`FILE_SETTINGS`) whose file does not exist or is unreadable.
+
+    Separate from :func:`load_settings` because a configuration is often checked on another machine
+    than the one it runs on (a container's mounted CA); ``dpstream run`` always checks.
+    """
+    import os
+
+    lines = []
+    for dotted in FILE_SETTINGS:
+        section, name = dotted.split(".")
+        value = getattr(getattr(settings, section), name)
+        if value is None:
+            continue
+        if not Path(value).is_file():
+            lines.append(f"{dotted} = {value!r}: no such file; mount or copy it there, or correct the path")
+        elif not os.access(value, os.R_OK):
+            lines.append(f"{dotted} = {value!r}: the file is not readable by this user; fix its permissions")
+    return lines

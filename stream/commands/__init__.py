@@ -17,7 +17,7 @@ import argparse
 
 __all__ = [
     "CommandError", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED",
-    "positive_int", "non_negative_int",
+    "positive_int", "non_negative_int", "port_number", "print_error",
 ]
 
 EXIT_OK = 0
@@ -27,11 +27,22 @@ EXIT_INTERRUPTED = 130
 
 
 class CommandError(Exception):
-    """A command failed for a reason the user can fix; ``str(exc)`` is the message."""
+    """A command failed for a reason the user can fix; ``str(exc)`` is the message.
+
+    :func:`stream.commands.cli.main` prints each line of it as ``dpstream <command>: error: <line>``.
+    """
 
     def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def print_error(command: str, message: object) -> None:
+    """Print ``message`` on stderr, one ``dpstream <command>: error: ...`` line per line of it."""
+    import sys
+
+    for line in str(message).splitlines() or [""]:
+        print(f"dpstream {command}: error: {line}", file=sys.stderr)
 
 
 def _whole_number(text: str, minimum: int) -> int:
@@ -52,3 +63,14 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type: a whole number >= 0."""
     return _whole_number(text, 0)
+
+
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0..65535 (0: any free port)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a valid port (1-65535, or 0 for any free port)")
+    return value

@@ -14,17 +14,9 @@ import sys
 import threading
 from typing import Any
 
+from stream.commands import port_number
+
 __all__ = ["register", "run"]
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port lies in 0..65535, got {value}")
-    return value
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -35,14 +27,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                     "bootstrap address. For the demo, tests and local development; production uses Apache "
                     "Kafka (see deploy/README.md).",
     )
-    p.add_argument("--port", type=_port, default=0, help="listen port (default: a free one)")
+    p.add_argument("--port", type=port_number, default=0, help="listen port (default: a free one)")
     p.add_argument("--host", default="127.0.0.1", help="loopback address to listen on (default 127.0.0.1)")
     p.set_defaults(func=run, handler=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from stream.service.broker import BrokerError, EmbeddedBroker
+    from stream.service.broker import BrokerError, EmbeddedBroker, EmbeddedBrokerMissing
 
     stop = threading.Event()
 
@@ -55,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         broker = EmbeddedBroker.start(args.port or None, host=args.host)
     except BrokerError as exc:
         print(f"dpstream broker: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, EmbeddedBrokerMissing) else 1  # a missing extra: the person installs it
     try:
         print(f"embedded Kafka-protocol broker ready (memory only)\nbootstrap: {broker.bootstrap}", flush=True)
         print(f"  e.g. DPSTREAM_KAFKA__BOOTSTRAP_SERVERS={broker.bootstrap} dpstream run --config C", flush=True)

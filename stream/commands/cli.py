@@ -11,15 +11,27 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import typing
 from collections.abc import Sequence
 from types import ModuleType
 
-from stream.commands import EXIT_FAILURE, EXIT_INTERRUPTED, CommandError
+from stream.commands import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CommandError, print_error
 from stream.service.allocator import tune_allocator
 
 __all__ = ["COMMAND_MODULES", "CommandModuleError", "build_parser", "main"]
 
-COMMAND_MODULES: tuple[str, ...] = ("replay", "generate", "evaluate", "run", "broker", "demo")
+COMMAND_MODULES: tuple[str, ...] = ("replay", "generate", "evaluate", "run", "check-config", "broker", "demo")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one stderr line (exit 2), naming the fix.
+
+    argparse's default prints the whole usage block first; a person (and a log collector) needs the
+    one line that says which option was wrong and how to see the right form.
+    """
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
 
 
 class CommandModuleError(RuntimeError):
@@ -27,13 +39,14 @@ class CommandModuleError(RuntimeError):
 
 
 def _load(name: str) -> ModuleType:
-    qualified = f"stream.commands.{name}"
+    qualified = f"stream.commands.{name.replace('-', '_')}"
     try:
         module = importlib.import_module(qualified)
     except ModuleNotFoundError as exc:
         if exc.name == qualified:
             raise CommandModuleError(
-                f"the command {name!r} is listed in stream.commands.cli.COMMAND_MODULES but stream/commands/{name}.py "
+                f"the command {name!r} is listed in stream.commands.cli.COMMAND_MODULES but "
+                f"stream/commands/{name.replace('-', '_')}.py "
                 "does not exist"
             ) from None
         raise CommandModuleError(f"the command {name!r} cannot be loaded: {exc}") from exc
@@ -50,7 +63,7 @@ def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParse
     Raises:
         CommandModuleError: a listed module is missing or has no ``register``.
     """
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="dpstream",
         description="Differentially private histograms of a live population, released on Kafka.",
     )
@@ -83,11 +96,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:  # pragma: no cover - every command sets one
         parser.error(f"the command {args.command!r} has no handler")
     tune_allocator()  # numpy temporaries: heap, not fresh page-faulting mappings (stream.service.allocator)
+    from stream.config import ConfigError
+    from stream.service.broker import EmbeddedBrokerMissing
+    from stream.service.http import ListenError
+
     try:
         status = handler(args)
     except CommandError as exc:
-        print(f"dpstream {args.command}: error: {exc}", file=sys.stderr)
+        print_error(args.command, exc)
         return exc.exit_code
+    except (ConfigError, ListenError, EmbeddedBrokerMissing) as exc:  # the person can fix it: one line each, exit 2
+        print_error(args.command, exc)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"dpstream {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

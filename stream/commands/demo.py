@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from stream.commands import port_number, print_error
 from stream.commands import positive_int as _positive_int
 
 __all__ = ["register", "run", "demo_config", "TrafficGenerator"]
@@ -48,9 +49,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--timestep", default="2s", help="timestep length (default 2s)")
     p.add_argument("--objects", type=_positive_int, default=1000, help="moving objects (default 1000)")
     p.add_argument("--grid", type=_positive_int, default=16, help="grid cells per side (default 16: 256 bins)")
-    p.add_argument("--port", type=int, default=0, help="broker port (default: a free one)")
-    p.add_argument("--http-port", type=int, default=0, help="metrics/health port (default: a free one)")
-    p.add_argument("--public-port", type=int, default=0,
+    p.add_argument("--port", type=port_number, default=0, help="broker port (default: a free one)")
+    p.add_argument("--http-port", type=port_number, default=0, help="metrics/health port (default: a free one)")
+    p.add_argument("--public-port", type=port_number, default=0,
                    help="the live page and release API port (default: a free one)")
     p.add_argument("--state-dir", default=None, help="privacy journal directory (default: a temporary one)")
     p.add_argument("--quiet", action="store_true", help="do not print one line per release")
@@ -149,20 +150,24 @@ def _watch(bootstrap: str, topic: str, stop: threading.Event, quiet: bool) -> No
 
 def run(args: argparse.Namespace) -> int:
     from stream.config import ConfigError, load_settings, parse_duration
-    from stream.service.broker import BrokerError, EmbeddedBroker
+    from stream.service.broker import BrokerError, EmbeddedBroker, EmbeddedBrokerMissing
     from stream.service.logs import setup_logging
     from stream.service.loop import run_service
 
     try:
         step_s = parse_duration(args.timestep).total_seconds()
     except ValueError as exc:
-        print(f"dpstream demo: error: {exc}", file=sys.stderr)
+        print(f"dpstream demo: error: --timestep: {exc}", file=sys.stderr)
+        return 2
+    if step_s <= 0:
+        print(f"dpstream demo: error: --timestep {args.timestep}: must be > 0; e.g. --timestep 2s",
+              file=sys.stderr)
         return 2
     try:
         broker = EmbeddedBroker.start(args.port or None)
     except BrokerError as exc:
         print(f"dpstream demo: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, EmbeddedBrokerMissing) else 1  # a missing extra: the person installs it
     temp_state = args.state_dir is None
     state_dir = args.state_dir or tempfile.mkdtemp(prefix="dpstream-demo-")
     stop_watch = threading.Event()
@@ -173,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             settings = load_settings(None, **cfg)
         except ConfigError as exc:
-            print(f"dpstream demo: {exc}", file=sys.stderr)
+            print_error("demo", exc)
             return 2
         setup_logging(settings.service.log_level)
         k = settings.kafka

@@ -93,7 +93,9 @@ COUNTS_CAVEAT = (
 
 
 def _err(msg: str) -> None:
-    print(f"dpstream evaluate: error: {msg}", file=sys.stderr)
+    from stream.commands import print_error
+
+    print_error("evaluate", msg)  # one prefixed line per line of msg (a ConfigError has one per problem)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from stream.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from stream.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, print_error
 from stream.commands import non_negative_int as _seed
 
 __all__ = ["register", "run"]
@@ -68,7 +68,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _err(msg: str) -> None:
-    print(f"dpstream replay: error: {msg}", file=sys.stderr)
+    print_error("replay", msg)  # one prefixed line per line of msg (a ConfigError has one per problem)
 
 
 def run(args: argparse.Namespace) -> int:

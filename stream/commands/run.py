@@ -9,8 +9,9 @@ instance).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
+
+from stream.commands import positive_int
 
 __all__ = ["register", "run"]
 
@@ -28,22 +29,29 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("--config", "-c", required=True, help="YAML configuration file (DPSTREAM_* env vars override)")
-    p.add_argument("--max-timesteps", type=int, default=None,
+    p.add_argument("--max-timesteps", type=positive_int, default=None, metavar="K",
                    help="stop after this many timesteps were released (default: run until stopped)")
+    p.add_argument("--check", action="store_true",
+                   help="only validate the configuration (as 'dpstream check-config'): start nothing, exit 0 "
+                        "when valid, 2 with one line per problem when not")
     p.set_defaults(func=run, handler=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from stream.config import ConfigError, load_settings
+    from stream.config import ConfigError, load_settings, missing_files
+
+    if args.check:
+        from stream.commands.check_config import check
+
+        return check(args.config, check_files=True)
+    settings = load_settings(args.config)  # ConfigError: one line per problem, exit 2 (cli.main)
+    missing = missing_files(settings)
+    if missing:
+        raise ConfigError(*missing)
     from stream.service.logs import setup_logging
     from stream.service.loop import run_service
 
-    try:
-        settings = load_settings(args.config)
-    except ConfigError as exc:
-        print(f"dpstream run: {exc}", file=sys.stderr)
-        return 2
     setup_logging(settings.service.log_level)
     _warn_about_configuration(settings)
     return run_service(settings, max_timesteps=args.max_timesteps)

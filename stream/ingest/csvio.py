@@ -176,7 +176,7 @@ class EventCsvReader:
     def __init__(self, path: str | Path, settings: Any, *, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
         self.path = Path(path)
         if not self.path.is_file():
-            raise CsvError(f"input file {self.path} does not exist")
+            raise CsvError(f"input file {self.path} does not exist; check the --input path")
         schema = settings.schema_
         if schema.user_id == KEY_USER_ID:
             raise CsvError(key_user_id_in_csv(self.path))
@@ -304,7 +304,7 @@ def read_counts(path: str | Path, bins: int) -> np.ndarray:
     """
     p = Path(path)
     if not p.is_file():
-        raise CsvError(f"input file {p} does not exist")
+        raise CsvError(f"input file {p} does not exist; check the --input path")
     header = read_header(p)
     has_header = any(not _is_int(h) for h in header)
     index_col = has_header and header[0].lower() == "timestep"

