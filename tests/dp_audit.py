@@ -889,6 +889,13 @@ CATALOGUE: dict[str, AuditEntry] = {
         {"draw-then-charge": Catch("test_reverse_order_is_caught", {"unit": "w-event", "name": "fixed"})},
         "no private decision: its release is the LPA audit; the charge-before-draw order is audited",
     ),
+    "sample": AuditEntry(
+        "decision", "tests.controller.test_wevent_audit", "SAMPLE_VARIANTS",
+        {v: Catch("test_sample_audit_catches", {"variant": v}) for v in (
+            "charges eps/w, draws noise for eps", "samples off schedule", "samples twice in a window (lenient ledger)")},
+        "exact: draws' Δ/scale vs ledger charges per timestep, window sums from the ledger, the schedule; "
+        "CP lower bound on one released count vs the charged ε",
+    ),
     "lpa": AuditEntry(
         "release", "tests.controller.test_privacy_audit", None,
         {f"whole publication budget per release (ε₂={e}, C={c})":
