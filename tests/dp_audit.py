@@ -896,6 +896,14 @@ CATALOGUE: dict[str, AuditEntry] = {
         "exact: draws' Δ/scale vs ledger charges per timestep, window sums from the ledger, the schedule; "
         "CP lower bound on one released count vs the charged ε",
     ),
+    "pegasus": AuditEntry(
+        "decision", "tests.controller.test_wevent_audit", "PEGASUS_VARIANTS",
+        {v: Catch("test_pegasus_audit_catches", {"variant": v}) for v in (
+            "deviation from the group's true values", "perturbation noise for eps/w, charged eps_p",
+            "test noise for the whole eps/w", "test uncharged")},
+        "exact: draws vs charges, window sums, schedule, locality by coupling (later releases and test flip points "
+        "unchanged by a neighbour at s); CP lower bound on the deviation test vs ε_g",
+    ),
     "lpa": AuditEntry(
         "release", "tests.controller.test_privacy_audit", None,
         {f"whole publication budget per release (ε₂={e}, C={c})":

@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 
 from controller.accountant import Accountant, WindowAccountant
-from controller.policies.base import REPUBLISH, fresh
-from controller.policies.wevent import SamplePolicy
+from controller.policies.base import REPUBLISH, DecisionContext, fresh
+from controller.policies.wevent import PegasusPolicy, PegasusState, SamplePolicy
 from controller.step import Engine, Release
 from controller.units import WEvent
 from histogram.lpa import LaplaceMechanism
@@ -236,3 +236,301 @@ def test_sample_is_w_event_only():
         MethodSpec("sample", UserLevel(1, 10, 2))
     with pytest.raises(ConfigurationError, match="w-event"):
         SamplePolicy(UserLevel(1, 10, 2))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------
+# PeGaSus
+#
+# Four checks: (1) draws vs charges and window sums (exact, above); (2) the
+# schedule: every timestep is fresh at ε_p, with a test at ε_g unless a new
+# group starts; (3) the deviation test's loss (statistical, on a twin whose
+# rule equals production's on recorded noise); (4) locality (exact
+# coupling): with the noise of timestep s shifted so that everything
+# released at s is the same for x_s and a neighbour x_s + one person, every
+# later release is byte-identical — the true histogram of s is read at s
+# only, so each timestep's cost is charged at that timestep alone.
+
+
+@dataclass(frozen=True)
+class _PegasusTestIgnoresSplit(PegasusPolicy):
+    """Draws the test noise for the whole ε/w while charging ε_g."""
+
+    @property
+    def test_scale(self) -> Fraction:
+        return Fraction(self.sensitivity) * self.unit.w / self.unit.epsilon
+
+
+@dataclass(frozen=True)
+class _PegasusTestUncharged(PegasusPolicy):
+    """Runs the deviation test without charging the ledger."""
+
+    def decide(self, state, ctx):  # type: ignore[no-untyped-def]
+        class _Free:
+            def __init__(self, inner):  # type: ignore[no-untyped-def]
+                self.inner = inner
+
+            def spend(self, t, eps, purpose):  # type: ignore[no-untyped-def]
+                return None if purpose == "test" else self.inner.spend(t, eps, purpose)
+
+            def __getattr__(self, name):  # type: ignore[no-untyped-def]
+                return getattr(self.inner, name)
+
+        real = ctx.accountant
+        ctx.accountant = _Free(real)
+        try:
+            return super().decide(state, ctx)
+        finally:
+            ctx.accountant = real
+
+
+@dataclass(frozen=True)
+class _TrueState(PegasusState):
+    true_total: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class _PegasusTrueGroup(PegasusPolicy):
+    """The paper's grouper: the deviation is taken from the group's *true* mean (reads past timesteps)."""
+
+    def deviation(self, counts, state):  # type: ignore[no-untyped-def]
+        tt = getattr(state, "true_total", None)
+        if tt is None:
+            return super().deviation(counts, state)
+        m = (2 * tt + state.size) // (2 * state.size)
+        return int(np.abs(counts.astype(np.int64) - m).sum())
+
+    def decide(self, state, ctx):  # type: ignore[no-untyped-def]
+        decision, new = super().decide(state, ctx)
+        tt = getattr(state, "true_total", None)
+        joined = new.joined and tt is not None
+        total = tt + ctx.counts if joined else ctx.counts.astype(np.int64)
+        return decision, _TrueState(new.size, new.total, new.joined, total)
+
+    def smooth(self, state, timestep, noisy):  # type: ignore[no-untyped-def]
+        out, new = super().smooth(state, timestep, noisy)
+        return out, _TrueState(new.size, new.total, new.joined, getattr(state, "true_total", None))
+
+
+@dataclass(frozen=True)
+class _PegasusPerturbsWhole(PegasusPolicy):
+    """Charges ε_p but asks the mechanism for the whole ε/w (paired with a mechanism that draws at ε·w/ε_p)."""
+
+
+@dataclass(frozen=True)
+class _WholeBudgetLaplace(LaplaceMechanism):
+    """Draws release noise for ε/w when asked for ε_p = (4/5)·ε/w."""
+
+    def release(self, counts, epsilon, noise):  # type: ignore[no-untyped-def]
+        return super().release(counts, epsilon * Fraction(5, 4), noise)
+
+
+PEGASUS_VARIANTS: dict[str, tuple[type, type]] = {
+    "test noise for the whole eps/w": (_PegasusTestIgnoresSplit, LaplaceMechanism),
+    "test uncharged": (_PegasusTestUncharged, LaplaceMechanism),
+    "deviation from the group's true values": (_PegasusTrueGroup, LaplaceMechanism),
+    "perturbation noise for eps/w, charged eps_p": (_PegasusPerturbsWhole, _WholeBudgetLaplace),
+}
+
+
+def _pegasus_engine(cls: type = PegasusPolicy, mech: type = LaplaceMechanism, sensitivity: int = 1) -> Engine:
+    return Engine(cls(WEvent(EPS, W), sensitivity), mech(sensitivity=sensitivity), BINS)
+
+
+def _pegasus_purposes(step: Step) -> list[str]:
+    """The test draw is a scalar (size None), the perturbation one value per bin."""
+    return ["test" if d.size is None else "publication" for d in step.draws if d.kind == "discrete_laplace"]
+
+
+def pegasus_schedule_violations(policy: PegasusPolicy, steps: list[Step]) -> list[str]:
+    errors = []
+    for s in steps:
+        t = s.release.timestep
+        charges = sorted((e.purpose, e.epsilon) for e in s.release.ledger if e.start == t)
+        tested = [d for d in s.draws if d.kind == "discrete_laplace" and d.size is None]
+        expected = [("publication", policy.epsilon_p)] + ([("test", policy.epsilon_g)] if tested else [])
+        if s.release.kind != "fresh" or charges != sorted(expected):
+            errors.append(f"t={t}: {s.release.kind} with charges {charges}, expected fresh with {sorted(expected)}")
+    return errors
+
+
+def coupled_locality_violations(engine: Engine, counts: np.ndarray, changed: list[tuple[int, int]],
+                                seed: int = 11) -> list[str]:
+    """Neighbour x_s + one person in bin b, noise of s shifted so s releases the same: later releases must match."""
+    from histogram.testing import ReplayDrawer
+
+    base = run_recorded(engine, counts, seed)
+    states = [engine.initial_state()]
+    for t in range(len(counts)):
+        states.append(engine.step(states[-1], counts[t], ReplayDrawer(base[t].draws))[1])
+    policy = engine.policy
+    errors = []
+    for s, b in changed:
+        other = counts.copy()
+        other[s, b] += engine.mechanism.sensitivity
+        state = states[s]
+        for t in range(s, len(counts)):
+            tape = list(base[t].draws)
+            if t == s:
+                tape = _shift_tape(policy, state, counts[t], other[t], tape)
+            elif t <= s + 2 * W and _flip_point(engine, state, other[t], tape) != _flip_point(
+                engine, states[t], counts[t], tape
+            ):
+                errors.append(f"neighbour at (t={s}, bin {b}): the test at t={t} moved (it reads x_{s})")
+                break
+            rel, state = engine.step(state, other[t], ReplayDrawer(tape))
+            ref = base[t].release
+            same = rel.kind == ref.kind and np.array_equal(rel.counts, ref.counts) and \
+                [(e.purpose, e.epsilon) for e in rel.ledger] == [(e.purpose, e.epsilon) for e in ref.ledger]
+            if not same:
+                errors.append(f"neighbour at (t={s}, bin {b}): release at t={t} differs")
+                break
+    return errors
+
+
+def _flip_point(engine: Engine, state, counts: np.ndarray, tape: list[Draw]) -> int | None:  # type: ignore[no-untyped-def]
+    """The smallest test-noise value at which the step opens a new group (black box, by bisection).
+
+    The join rule is monotone in the test noise, so this locates the noisy
+    comparison's data term exactly from public outputs alone; None if the
+    step runs no test.
+    """
+    from histogram.testing import ReplayDrawer
+
+    if not tape or tape[0].size is not None or tape[0].kind != "discrete_laplace":
+        return None
+
+    def closes(z: int) -> bool:
+        rel, _ = engine.step(state, counts, ReplayDrawer([Draw(tape[0].kind, tape[0].scale, None, np.asarray([z]))]
+                                                          + list(tape[1:])))
+        return rel.details.get("smoothed_over", 1) == 1
+
+    lo, hi = -(10**5), 10**5  # closes(hi) holds, closes(lo) does not, for any bounded stream
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if closes(mid) else (mid, hi)
+    return hi
+
+
+def _shift_tape(policy, state, x, x2, tape):  # type: ignore[no-untyped-def]
+    """Shift timestep s's draws so the noisy deviation and the perturbed histogram are unchanged."""
+    out = []
+    for d in tape:
+        if d.kind != "discrete_laplace":
+            out.append(d)
+        elif d.size is None:  # the deviation test: same noisy deviation under the production query
+            shift = PegasusPolicy.deviation(policy, x, state.policy) - PegasusPolicy.deviation(policy, x2, state.policy)
+            out.append(Draw(d.kind, d.scale, d.size, np.asarray(d.values) + shift))
+        else:  # the perturbation: same perturbed histogram
+            out.append(Draw(d.kind, d.scale, d.size, np.asarray(d.values) + (x - x2)))
+    return out
+
+
+def pegasus_violations(engine: Engine, steps: list[Step], counts: np.ndarray) -> list[str]:
+    policy = engine.policy
+    errors = window_violations(steps, EPS, W)
+    errors += draw_charge_violations(steps, engine.mechanism.sensitivity, _pegasus_purposes)
+    errors += pegasus_schedule_violations(policy, steps)
+    rng = np.random.default_rng(2)
+    changed = [(int(s), int(rng.integers(BINS))) for s in rng.choice(np.arange(2, len(counts) - 5), 12, replace=False)]
+    errors += coupled_locality_violations(engine, counts, changed)
+    return errors
+
+
+def test_pegasus_passes_its_audit():
+    engine, counts = _pegasus_engine(), adversarial_stream()
+    steps = run_recorded(engine, counts)
+    assert pegasus_violations(engine, steps, counts) == []
+    sizes = {s.release.details.get("smoothed_over", 1) for s in steps}
+    assert max(sizes) >= 4 and 1 in sizes  # groups form and close on this stream
+    assert any(e.purpose == "test" for s in steps for e in s.release.ledger)
+
+
+@pytest.mark.parametrize("variant", sorted(PEGASUS_VARIANTS))
+def test_pegasus_audit_catches(variant):
+    cls, mech = PEGASUS_VARIANTS[variant]
+    engine, counts = _pegasus_engine(cls, mech), adversarial_stream()
+    steps = run_recorded(engine, counts)
+    errors = pegasus_violations(engine, steps, counts)
+    if variant == "test noise for the whole eps/w":  # also caught statistically
+        loss, charged = deviation_test_loss(engine.policy)
+        assert loss > float(charged), (loss, charged)
+    assert errors, f"{variant} not caught"
+
+
+def _probe_test(policy: PegasusPolicy, counts: np.ndarray, seed: int, size: int = 3):  # type: ignore[no-untyped-def]
+    """One production deviation test on a group of ``size`` perturbed copies of 10 per bin."""
+    mech = LaplaceMechanism(sensitivity=policy.sensitivity)
+    total = np.full(BINS, 10 * size, dtype=np.int64)
+    state = PegasusState(size, total, False)
+    acct = policy.new_accountant()
+    drawer = RecordingDrawer(Randomness.seeded(seed).drawer("audit", 0))
+    ctx = DecisionContext(0, counts, np.zeros(BINS, dtype=np.int64), 0, acct, drawer, mech)
+    _, new = policy.decide(state, ctx)
+    (draw,) = drawer.tape
+    charged = sum((e.epsilon for e in acct.entries if e.purpose == "test"), Fraction(0))
+    theta = policy.threshold(size, BINS, mech.expected_abs_error(policy.epsilon_p, BINS))
+    z = int(np.asarray(draw.values).reshape(-1)[0])
+    return Fraction(draw.scale), charged, theta, new.joined, policy.deviation(counts, state), z
+
+
+def deviation_test_loss(policy: PegasusPolicy, seed: int = 7) -> tuple[float, Fraction]:
+    """(CP lower bound on the loss of 'join' / 'close' between deviations d and d + Δ, ε charged)."""
+    from tests.dp_audit import RUNS, GeneratorSource, loss_lower_bound
+
+    scale, charged, theta, *_ = _probe_test(policy, np.full(BINS, 10, dtype=np.int64), seed)
+    d0 = int(np.ceil(theta + float(scale)))  # one scale above θ: "join" needs z <= θ − d, the lower tail
+    d1 = d0 + policy.sensitivity
+    k0 = int((d0 + GeneratorSource(np.random.SeedSequence([seed, 0])).dlap(scale, RUNS) <= theta).sum())
+    k1 = int((d1 + GeneratorSource(np.random.SeedSequence([seed, 1])).dlap(scale, RUNS) <= theta).sum())
+    join = loss_lower_bound(np.array([k0]), np.array([k1]), RUNS)[0]
+    close = loss_lower_bound(np.array([RUNS - k1]), np.array([RUNS - k0]), RUNS)[0]
+    return float(max(join, close)), charged
+
+
+@pytest.mark.parametrize("sensitivity", [1, 2])
+def test_pegasus_twin_takes_production_decisions(sensitivity):
+    policy = PegasusPolicy(WEvent(EPS, W), sensitivity)
+    rng = np.random.default_rng(3)
+    for seed in range(40):
+        counts = rng.integers(0, 30, BINS).astype(np.int64)
+        scale, _, theta, joined, d, z = _probe_test(policy, counts, seed)
+        assert scale == Fraction(sensitivity) / policy.epsilon_g
+        assert (d + z <= theta) == joined
+
+
+@pytest.mark.parametrize("sensitivity", [1, 2])
+def test_pegasus_deviation_test_within_its_charge(sensitivity):
+    policy = PegasusPolicy(WEvent(EPS, W), sensitivity)
+    loss, charged = deviation_test_loss(policy)
+    assert charged == policy.epsilon_g == EPS / W / 5
+    assert loss <= float(charged), (loss, charged)
+
+
+def test_pegasus_deviation_reads_only_this_timestep():
+    """The query is 1-Lipschitz in this timestep's counts: one person moves it by at most Δ."""
+    policy = PegasusPolicy(WEvent(EPS, W), 2)
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        state = PegasusState(int(rng.integers(1, 9)), rng.integers(-50, 500, BINS).astype(np.int64), False)
+        x = rng.integers(0, 60, BINS).astype(np.int64)
+        y = x.copy()
+        y[rng.integers(BINS)] += 2
+        assert abs(policy.deviation(x, state) - policy.deviation(y, state)) <= 2
+
+
+def test_pegasus_smoother_publishes_the_group_mean():
+    engine, counts = _pegasus_engine(), adversarial_stream()
+    steps = run_recorded(engine, counts)
+    perturbed = [counts[s.release.timestep] + next(d.values for d in s.draws if d.size == BINS) for s in steps]
+    start = 0
+    for i, s in enumerate(steps):
+        n = s.release.details.get("smoothed_over", 1)
+        if n == 1:
+            start = i
+            assert np.array_equal(s.release.counts, perturbed[i])
+            assert np.isfinite(s.release.half_width).all()
+        else:
+            assert i - start + 1 == n
+            group = np.sum(perturbed[start:i + 1], axis=0)
+            assert np.array_equal(s.release.counts, (2 * group + n) // (2 * n))
+            assert np.isinf(s.release.half_width).all()
