@@ -18,7 +18,7 @@ from controller.policies.base import DecisionPolicy
 from controller.policies.baselines import FixedPolicy, UniformPolicy
 from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.policies.sampling import DistanceSamplingPolicy, WEventSamplingPolicy
-from controller.policies.wevent import PegasusPolicy, SamplePolicy
+from controller.policies.wevent import FastPolicy, PegasusPolicy, SamplePolicy
 from controller.step import Engine
 from controller.svt import user_level_k, w_event_k
 from controller.units import PrivacyUnit, UserLevel, WEvent
@@ -27,10 +27,10 @@ from histogram.mechanism import Mechanism
 
 __all__ = ["METHODS", "W_EVENT_METHODS", "MethodSpec", "build_policy", "build_engine"]
 
-METHODS = ("dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus")
+METHODS = ("dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast")
 
 #: methods defined only under w-event privacy (they refuse a user-level unit)
-W_EVENT_METHODS = frozenset({"bd", "ba", "sample", "pegasus"})
+W_EVENT_METHODS = frozenset({"bd", "ba", "sample", "pegasus", "fast"})
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,8 @@ def build_policy(spec: MethodSpec, bins: int) -> DecisionPolicy:
         return SamplePolicy(unit)  # type: ignore[arg-type]
     if spec.decision == "pegasus":
         return PegasusPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
+    if spec.decision == "fast":
+        return FastPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
     adaptive = spec.decision == "dsat"
     pid = PIDController(spec.pid, initial=float(spec.threshold))
     assert spec.population is not None

@@ -904,6 +904,14 @@ CATALOGUE: dict[str, AuditEntry] = {
         "exact: draws vs charges, window sums, schedule, locality by coupling (later releases and test flip points "
         "unchanged by a neighbour at s); CP lower bound on the deviation test vs ε_g",
     ),
+    "fast": AuditEntry(
+        "decision", "tests.controller.test_wevent_audit", "FAST_VARIANTS",
+        {v: Catch("test_fast_audit_catches", {"variant": v}) for v in (
+            "charges eps/w per sample, draws noise for eps", "filter corrects with the true counts",
+            "samples beyond M per window (lenient ledger)")},
+        "exact: draws vs charges, window sums, at most M samples per window, locality by coupling; "
+        "CP lower bound on one sampled count vs ε/M",
+    ),
     "lpa": AuditEntry(
         "release", "tests.controller.test_privacy_audit", None,
         {f"whole publication budget per release (ε₂={e}, C={c})":

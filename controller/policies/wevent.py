@@ -14,6 +14,12 @@
   deviation from the group's *perturbed* mean), not the group's true values
   as the paper's grouper does: see ``docs/privacy.md`` §4.4 for why and for
   the proof.
+* :class:`FastPolicy` — **FAST_w** (Fan and Xiong, CIKM 2012 / TKDE 2014):
+  samples at ``ε/C`` each (``C = privacy.cutoff``, at most ``C`` per window
+  of ``w``, enforced by the window ledger), a Kalman filter corrects each
+  noisy sample against its prediction and is published, and a PID
+  controller on the filter's relative error moves the sampling interval.
+  Everything after the sample's noise is post-processing (§4.5).
 
 Each policy is w-event only (its budget rule is per window) and charges
 ``ctx.accountant`` (a :class:`~controller.accountant.WindowAccountant`)
@@ -37,7 +43,7 @@ from controller.step import decode_array, encode_array
 from controller.units import WEvent
 from histogram.mechanism import NoisyHistogram
 
-__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState"]
+__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "FastPolicy", "FastState"]
 
 
 def _require_w_event(unit: object, name: str) -> None:
@@ -246,3 +252,146 @@ class PegasusPolicy:
         return {"decision": self.name, "epsilon_p": str(self.epsilon_p), "epsilon_g": str(self.epsilon_g),
                 "max_group": self.max_group, "smoother": "mean"}
 
+
+@dataclass(frozen=True)
+class FastState:
+    """Public state of FAST_w: the filter, the controller and the schedule.
+
+    Attributes:
+        estimate: the filter's posterior (the counts last published), or None before the first sample.
+        variance: the posterior variance P per bin (one number: R and Q are the same for every bin).
+        last_sample: timestep of the last sample (-1 before any).
+        interval: the sampling interval I (timesteps, >= 1).
+        next_sample: the timestep at which the next sample is due.
+        errors: the last ``window`` PID errors (newest last).
+        prior: this timestep's prior (set by ``decide`` for ``smooth``).
+    """
+
+    estimate: np.ndarray | None = None
+    variance: float = 0.0
+    last_sample: int = -1
+    interval: int = 1
+    next_sample: int = 0
+    errors: tuple[float, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"estimate": None if self.estimate is None else encode_array(self.estimate),
+                "variance": repr(self.variance), "last_sample": self.last_sample, "interval": self.interval,
+                "next_sample": self.next_sample, "errors": [repr(e) for e in self.errors]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FastState:
+        try:
+            est = None if data["estimate"] is None else decode_array(data["estimate"])
+            out = cls(est, float(data["variance"]), int(data["last_sample"]), int(data["interval"]),
+                      int(data["next_sample"]), tuple(float(e) for e in data["errors"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(f"malformed FAST_w state: {exc}") from exc
+        if out.interval < 1 or not math.isfinite(out.variance) or out.variance < 0:
+            raise StateError("malformed FAST_w state: interval < 1 or a bad variance")
+        return out
+
+
+@dataclass(frozen=True)
+class FastPolicy:
+    """FAST_w: PID-driven sampling at ε/C per sample, Kalman-filtered releases.
+
+    Attributes:
+        unit: the w-event unit; ``unit.cutoff`` is M, the most samples in any window of ``w``.
+        sensitivity: per-person per-timestep contribution bound Δ.
+        cp, ci, cd: PID gains (Fan and Xiong's defaults 0.9, 0.1, 0).
+        theta: the interval step θ (timesteps); ``xi`` the PID set point ξ.
+        pid_window: T_i, how many recent errors the integral term averages.
+        process_ratio: the filter's process variance Q as a fraction of the
+            sample noise variance R (FAST's defaults have Q/R = 0.1).
+    """
+
+    unit: WEvent
+    sensitivity: int = 1
+    cp: float = 0.9
+    ci: float = 0.1
+    cd: float = 0.0
+    theta: float = 5.0
+    xi: float = 0.1
+    pid_window: int = 5
+    process_ratio: float = 0.1
+    name: str = "fast"
+
+    def __post_init__(self) -> None:
+        _require_w_event(self.unit, self.name)
+        for field_name in ("cp", "ci", "cd", "theta", "xi", "process_ratio"):
+            v = getattr(self, field_name)
+            if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ConfigurationError(f"FAST_w {field_name} must be a finite number >= 0, got {v!r}")
+        if self.xi <= 0 or self.process_ratio <= 0 or self.pid_window < 1:
+            raise ConfigurationError("FAST_w needs xi > 0, process_ratio > 0 and pid_window >= 1")
+
+    @property
+    def per_sample(self) -> Fraction:
+        """ε of each sample: the window budget over M = C samples."""
+        return self.unit.epsilon / self.unit.cutoff
+
+    @property
+    def base_interval(self) -> int:
+        """The interval at which C samples fill a window exactly: ⌈w/C⌉ (the start value)."""
+        return -(-self.unit.w // self.unit.cutoff)
+
+    def new_accountant(self) -> Accountant:
+        return WindowAccountant(self.unit.epsilon, self.unit.w)
+
+    def reset(self) -> FastState:
+        return FastState(interval=self.base_interval)
+
+    def decide(self, state: FastState, ctx: DecisionContext) -> tuple[Decision, FastState]:
+        t = ctx.timestep
+        if t < state.next_sample or not ctx.accountant.can_spend(t, self.per_sample):
+            return REPUBLISH, state  # publish the prediction (= the last posterior); reads no data
+        return fresh(self.per_sample, "scheduled sample"), state
+
+    def _noise_variance(self, noisy: NoisyHistogram, bins: int) -> float:
+        """R: the variance of one count's sample noise (public: Δ, ε/C, the mechanism's error model)."""
+        b = float(Fraction(self.sensitivity) / self.per_sample)
+        return 2.0 * b * b
+
+    def smooth(self, state: FastState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, FastState]:
+        """Kalman correction of the sample, then the PID update of the interval (post-processing)."""
+        z = np.asarray(noisy.counts, dtype=np.float64)
+        r = self._noise_variance(noisy, z.size)
+        if state.estimate is None:
+            posterior, variance, error = z, r, 0.0
+        else:
+            prior = np.asarray(state.estimate, dtype=np.float64)
+            p = state.variance + self.process_ratio * r * (timestep - state.last_sample)
+            gain = p / (p + r)
+            posterior = prior + gain * (z - prior)
+            variance = (1 - gain) * p
+            # relative change beyond the sample noise's expected L1 (public), FAST's feedback error
+            floor = z.size * math.sqrt(r / 2.0)
+            change = max(0.0, float(np.abs(z - prior).sum()) - floor)
+            error = change / max(float(np.abs(posterior).sum()), 1.0)
+        errors = (*state.errors, error)[-self.pid_window:]
+        derivative = 0.0 if len(errors) < 2 or state.last_sample < 0 else \
+            (errors[-1] - errors[-2]) / (timestep - state.last_sample)
+        control = self.cp * error + self.ci * sum(errors) / len(errors) + self.cd * derivative
+        step = self.theta * (1.0 - math.exp((control - self.xi) / self.xi))
+        interval = max(1, int(state.interval + step))
+        posterior = np.array(posterior, dtype=np.float64)
+        posterior.setflags(write=False)
+        new = FastState(posterior, float(variance), timestep, interval, timestep + interval, errors)
+        width = np.broadcast_to(np.float64(np.inf), posterior.shape)  # a filtered estimate: no interval claimed
+        details = {"kalman_gain": round(1.0 - variance / r, 6) if state.estimate is not None else 1.0}
+        return NoisyHistogram(posterior, noisy.epsilon, width, noisy.confidence, details), new
+
+    def on_fresh(self, state: FastState, timestep: int) -> FastState:
+        return state
+
+    def state_to_json(self, state: FastState) -> dict[str, Any]:
+        return state.to_json()
+
+    def state_from_json(self, data: dict[str, Any]) -> FastState:
+        return FastState.from_json(data)
+
+    def describe(self) -> dict[str, Any]:
+        return {"decision": self.name, "per_sample_epsilon": str(self.per_sample), "max_samples": self.unit.cutoff,
+                "pid": [self.cp, self.ci, self.cd, self.theta, self.xi, self.pid_window],
+                "process_ratio": self.process_ratio}

@@ -30,10 +30,11 @@ import pytest
 
 from controller.accountant import Accountant, WindowAccountant
 from controller.policies.base import REPUBLISH, DecisionContext, fresh
-from controller.policies.wevent import PegasusPolicy, PegasusState, SamplePolicy
+from controller.policies.wevent import FastPolicy, PegasusPolicy, PegasusState, SamplePolicy
 from controller.step import Engine, Release
 from controller.units import WEvent
 from histogram.lpa import LaplaceMechanism
+from histogram.mechanism import NoisyHistogram
 from histogram.noise import Randomness
 from histogram.testing import Draw, RecordingDrawer
 from tests.dp_audit import audit, lpa_sampler
@@ -534,3 +535,128 @@ def test_pegasus_smoother_publishes_the_group_mean():
             group = np.sum(perturbed[start:i + 1], axis=0)
             assert np.array_equal(s.release.counts, (2 * group + n) // (2 * n))
             assert np.isinf(s.release.half_width).all()
+
+
+# ---------------------------------------------------------------------------
+# FAST_w
+#
+# The only data access is the sample (a fresh release at ε/C); the Kalman
+# filter, the PID controller and the schedule read only released values.
+# Checks: draws vs charges and window sums (exact); at most C samples in any
+# window of w, counted from the releases; every sample at ε/C; locality by
+# exact coupling (a neighbour at s with the sample noise of s shifted so the
+# noisy sample is the same: the release at s and every later one must be
+# identical); the release loss (statistical).
+
+C = 2
+
+
+@dataclass(frozen=True)
+class _FastFilterReadsTruth(FastPolicy):
+    """The filter corrects with the true histogram instead of the noisy sample (stashed by decide)."""
+
+    def decide(self, state, ctx):  # type: ignore[no-untyped-def]
+        decision, new = super().decide(state, ctx)
+        object.__setattr__(self, "_raw", ctx.counts)
+        return decision, new
+
+    def smooth(self, state, timestep, noisy):  # type: ignore[no-untyped-def]
+        raw = NoisyHistogram(np.asarray(self._raw), noisy.epsilon, noisy.half_width, noisy.confidence)
+        return super().smooth(state, timestep, raw)
+
+
+@dataclass(frozen=True)
+class _FastSamplesFreely(FastPolicy):
+    """Samples whenever its (lenient, 2ε) ledger allows, ignoring the schedule and M."""
+
+    def new_accountant(self) -> Accountant:
+        return WindowAccountant(2 * self.unit.epsilon, self.unit.w)
+
+    def decide(self, state, ctx):  # type: ignore[no-untyped-def]
+        if not ctx.accountant.can_spend(ctx.timestep, self.per_sample):
+            return REPUBLISH, state
+        return fresh(self.per_sample), state
+
+
+@dataclass(frozen=True)
+class _FastChargesShare(FastPolicy):
+    """Charges ε/w per sample (paired with a mechanism drawing for w times that)."""
+
+    @property
+    def per_sample(self) -> Fraction:
+        return self.unit.epsilon / self.unit.w
+
+
+FAST_VARIANTS: dict[str, tuple[type, type]] = {
+    "filter corrects with the true counts": (_FastFilterReadsTruth, LaplaceMechanism),
+    "samples beyond M per window (lenient ledger)": (_FastSamplesFreely, LaplaceMechanism),
+    "charges eps/w per sample, draws noise for eps": (_FastChargesShare, _ChargesShareMechanism),
+}
+
+
+def _fast_engine(cls: type = FastPolicy, mech: type = LaplaceMechanism) -> Engine:
+    return Engine(cls(WEvent(EPS, W, C)), mech(), BINS)
+
+
+def fast_violations(engine: Engine, steps: list[Step], counts: np.ndarray) -> list[str]:
+    policy = engine.policy
+    errors = window_violations(steps, EPS, W)
+    errors += draw_charge_violations(steps, 1, lambda s: ["publication"] if s.release.kind == "fresh" else [])
+    fresh_at = [s.release.timestep for s in steps if s.release.kind == "fresh"]
+    for start in range(len(steps)):
+        n = sum(start <= t < start + W for t in fresh_at)
+        if n > C:
+            errors.append(f"{n} samples in the window starting at {start}, at most M = C = {C}")
+    for s in steps:
+        pubs = [e.epsilon for e in s.release.ledger if e.start == s.release.timestep]
+        if s.release.kind == "fresh" and pubs != [EPS / C]:
+            errors.append(f"t={s.release.timestep}: sample charged {pubs}, expected [{EPS / C}]")
+    rng = np.random.default_rng(2)
+    changed = [(int(t), int(rng.integers(BINS))) for t in rng.choice(fresh_at[1:-1], min(12, len(fresh_at) - 2),
+                                                                       replace=False)]
+    errors += coupled_locality_violations(engine, counts, changed)
+    for loss, charged in release_loss(steps, 1, seed=37):
+        if loss > charged:
+            errors.append(f"release loss lower bound {loss:.3f} > charged {charged}")
+    del policy
+    return errors
+
+
+def test_fast_passes_its_audit():
+    engine, counts = _fast_engine(), adversarial_stream()
+    steps = run_recorded(engine, counts)
+    assert fast_violations(engine, steps, counts) == []
+    gaps = np.diff([s.release.timestep for s in steps if s.release.kind == "fresh"])
+    assert len(set(gaps.tolist())) > 1  # the PID moved the interval on this stream
+
+
+@pytest.mark.parametrize("variant", sorted(FAST_VARIANTS))
+def test_fast_audit_catches(variant):
+    cls, mech = FAST_VARIANTS[variant]
+    engine, counts = _fast_engine(cls, mech), adversarial_stream()
+    steps = run_recorded(engine, counts)
+    assert fast_violations(engine, steps, counts), f"{variant} not caught"
+
+
+def test_fast_filter_is_a_kalman_filter_on_the_samples():
+    """Posterior = prior + K (z − prior), K = P/(P+R), P grows by Q per timestep since the last sample."""
+    engine, counts = _fast_engine(), adversarial_stream(60)
+    steps = run_recorded(engine, counts)
+    policy = engine.policy
+    r = 2 * float(1 / policy.per_sample) ** 2
+    estimate, p, last = None, 0.0, -1
+    for s in steps:
+        t = s.release.timestep
+        if s.release.kind != "fresh":
+            assert estimate is None or np.array_equal(s.release.counts, estimate)  # the prediction
+            continue
+        z = counts[t] + next(d.values for d in s.draws if d.size == BINS)
+        if estimate is None:
+            estimate, p = z.astype(np.float64), r
+        else:
+            prior_p = p + policy.process_ratio * r * (t - last)
+            k = prior_p / (prior_p + r)
+            estimate, p = estimate + k * (z - estimate), (1 - k) * prior_p
+        last = t
+        np.testing.assert_allclose(s.release.counts, estimate, rtol=1e-12)
+        assert np.isinf(s.release.half_width).all() or s.release.timestep == 0

@@ -31,3 +31,12 @@ def test_pegasus_with_psd():
     assert all(d["accuracy"]["half_width"] is None and "tree" not in d["details"] for d in smoothed)
     # a group-opening release is the PSD release itself: its widths are what its tree determines
     assert all(psd_width_mismatches([raw]) == [] for raw in opening)
+
+
+def test_fast_with_psd():
+    a, b = run_pair(_settings("fast", "psd", "w-event"))  # w = 4, M = C = 2
+    docs = [json.loads(r[3]) for r in a]
+    fresh_at = [t for t, d in enumerate(docs) if d["kind"] == "fresh"]
+    assert len(fresh_at) >= 4
+    assert all(sum(s <= t < s + 4 for t in fresh_at) <= 2 for s in range(len(docs)))
+    assert all(docs[t]["accuracy"]["half_width"] is None for t in fresh_at)  # filtered: no interval claimed
