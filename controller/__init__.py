@@ -1,7 +1,7 @@
 """Decisions and accounting for dpstream (imports :mod:`histogram` only).
 
 Privacy units and budgets, exact accountants, the SVT calibration, the PID
-controller, the decision policies (DSFT, DSAT, uniform, fixed, BD, BA) and
+controller, the decision policies (DSFT, DSAT, uniform, fixed, BD, BA, Sample, PeGaSus, FAST_w) and
 the single step function that runs any of them.
 """
 

@@ -18,15 +18,19 @@ from controller.policies.base import DecisionPolicy
 from controller.policies.baselines import FixedPolicy, UniformPolicy
 from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.policies.sampling import DistanceSamplingPolicy, WEventSamplingPolicy
+from controller.policies.wevent import FastPolicy, PegasusPolicy, SamplePolicy
 from controller.step import Engine
 from controller.svt import user_level_k, w_event_k
 from controller.units import PrivacyUnit, UserLevel, WEvent
 from histogram.exact import to_fraction
 from histogram.mechanism import Mechanism
 
-__all__ = ["METHODS", "MethodSpec", "build_policy", "build_engine"]
+__all__ = ["METHODS", "W_EVENT_METHODS", "MethodSpec", "build_policy", "build_engine"]
 
-METHODS = ("dsat", "dsft", "uniform", "fixed", "bd", "ba")
+METHODS = ("dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast")
+
+#: methods defined only under w-event privacy (they refuse a user-level unit)
+W_EVENT_METHODS = frozenset({"bd", "ba", "sample", "pegasus", "fast"})
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ class MethodSpec:
             raise ConfigurationError(f"svt_split must be 'lyu' or 'even', got {self.svt_split!r}")
         if isinstance(self.sensitivity, bool) or not isinstance(self.sensitivity, int) or self.sensitivity < 1:
             raise ConfigurationError(f"sensitivity (contribution bound) must be an integer >= 1, got {self.sensitivity!r}")
-        if self.decision in ("bd", "ba") and not isinstance(self.unit, WEvent):
+        if self.decision in W_EVENT_METHODS and not isinstance(self.unit, WEvent):
             raise ConfigurationError(
                 f"{self.decision} is a w-event mechanism: set privacy.unit: w-event and privacy.w"
             )
@@ -119,6 +123,12 @@ def build_policy(spec: MethodSpec, bins: int) -> DecisionPolicy:
         return BudgetDistribution(unit, spec.sensitivity)  # type: ignore[arg-type]
     if spec.decision == "ba":
         return BudgetAbsorption(unit, spec.sensitivity)  # type: ignore[arg-type]
+    if spec.decision == "sample":
+        return SamplePolicy(unit)  # type: ignore[arg-type]
+    if spec.decision == "pegasus":
+        return PegasusPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
+    if spec.decision == "fast":
+        return FastPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
     adaptive = spec.decision == "dsat"
     pid = PIDController(spec.pid, initial=float(spec.threshold))
     assert spec.population is not None

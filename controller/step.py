@@ -12,7 +12,9 @@ Order inside a step (privacy invariants I4/I5):
 1. the policy decides; any ε it needs (SVT instance, dissimilarity test) is
    charged on a working copy of the accountant *before* its noise is drawn;
 2. for a fresh release the publication ε is charged, then the mechanism draws
-   the release noise;
+   the release noise; a policy with a ``smooth`` method (PeGaSus) may then
+   replace the noisy histogram by a function of it and of its own public
+   state (post-processing: no data, no draws);
 3. the new state carries the accountant copy, the policy state and the last
    release.
 
@@ -206,6 +208,9 @@ class Engine:
             # and raises before any release noise is drawn (nothing is published for t).
             acct.spend(t, decision.epsilon, "publication")
             noisy = self.mechanism.release(counts, decision.epsilon, noise)
+            smooth = getattr(self.policy, "smooth", None)
+            if smooth is not None:  # post-processing of releases only (PeGaSus's smoother); no ε, no draws
+                noisy, policy_state = smooth(policy_state, t, noisy)
             last = LastRelease(noisy.counts, noisy.half_width, noisy.confidence, t, decision.epsilon)
             fresh_count += 1
             details = dict(noisy.details)

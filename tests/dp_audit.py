@@ -889,6 +889,29 @@ CATALOGUE: dict[str, AuditEntry] = {
         {"draw-then-charge": Catch("test_reverse_order_is_caught", {"unit": "w-event", "name": "fixed"})},
         "no private decision: its release is the LPA audit; the charge-before-draw order is audited",
     ),
+    "sample": AuditEntry(
+        "decision", "tests.controller.test_wevent_audit", "SAMPLE_VARIANTS",
+        {v: Catch("test_sample_audit_catches", {"variant": v}) for v in (
+            "charges eps/w, draws noise for eps", "samples off schedule", "samples twice in a window (lenient ledger)")},
+        "exact: draws' Δ/scale vs ledger charges per timestep, window sums from the ledger, the schedule; "
+        "CP lower bound on one released count vs the charged ε",
+    ),
+    "pegasus": AuditEntry(
+        "decision", "tests.controller.test_wevent_audit", "PEGASUS_VARIANTS",
+        {v: Catch("test_pegasus_audit_catches", {"variant": v}) for v in (
+            "deviation from the group's true values", "perturbation noise for eps/w, charged eps_p",
+            "test noise for the whole eps/w", "test uncharged")},
+        "exact: draws vs charges, window sums, schedule, locality by coupling (later releases and test flip points "
+        "unchanged by a neighbour at s); CP lower bound on the deviation test vs ε_g",
+    ),
+    "fast": AuditEntry(
+        "decision", "tests.controller.test_wevent_audit", "FAST_VARIANTS",
+        {v: Catch("test_fast_audit_catches", {"variant": v}) for v in (
+            "charges eps/w per sample, draws noise for eps", "filter corrects with the true counts",
+            "samples beyond M per window (lenient ledger)")},
+        "exact: draws vs charges, window sums, at most M samples per window, locality by coupling; "
+        "CP lower bound on one sampled count vs ε/M",
+    ),
     "lpa": AuditEntry(
         "release", "tests.controller.test_privacy_audit", None,
         {f"whole publication budget per release (ε₂={e}, C={c})":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from controller.method import METHODS, MethodSpec, build_engine
+from controller.method import METHODS, W_EVENT_METHODS, MethodSpec, build_engine
 from controller.step import Engine
 from controller.units import UserLevel, WEvent
 from histogram.lpa import LaplaceMechanism
@@ -29,7 +29,7 @@ def all_engines(unit_kind: str) -> list[tuple[str, Engine]]:
     unit = UserLevel(1, 40, 4) if unit_kind == "user-level" else WEvent(1, 8, 2)
     out = []
     for m in METHODS:
-        if m in ("bd", "ba") and unit_kind == "user-level":
+        if m in W_EVENT_METHODS and unit_kind == "user-level":
             continue
         spec = MethodSpec(m, unit, population=POPULATION, threshold=0.05)
         out.append((m, build_engine(spec, LaplaceMechanism(), BINS)))

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from controller.errors import ConfigurationError
-from controller.method import METHODS
+from controller.method import METHODS, W_EVENT_METHODS
 from histogram.noise import Randomness
 from histogram.postprocess import POSTPROCESSORS, postprocess
 from stream.config import ConfigError, Settings
@@ -223,9 +223,9 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
             out[m] = settings_with(settings, {"release": release})
         except ConfigError as exc:
             text = str(exc)
-            if base in ("bd", "ba") and unit != "w-event":
+            if base in W_EVENT_METHODS and unit != "w-event":
                 raise EvaluationError(
-                    f"method {m} is a w-event mechanism (Kellaris et al.) and this config's privacy unit is "
+                    f"method {m} is a w-event mechanism and this config's privacy unit is "
                     f"{unit}: set privacy.unit: w-event and privacy.w, or drop {m} from --methods"
                 ) from None
             raise EvaluationError(f"method {m} cannot run with this configuration: {text}") from None

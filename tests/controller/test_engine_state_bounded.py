@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from controller.method import METHODS, MethodSpec, build_engine
+from controller.method import METHODS, W_EVENT_METHODS, MethodSpec, build_engine
 from controller.units import UserLevel, WEvent
 from histogram.lpa import LaplaceMechanism
 from histogram.noise import Randomness
@@ -32,7 +32,7 @@ def _counts(rng: np.random.Generator, t: int, base: np.ndarray) -> np.ndarray:
 def _cases():
     for unit_kind in ("w-event", "user-level"):
         for m in METHODS:
-            if m in ("bd", "ba") and unit_kind == "user-level":
+            if m in W_EVENT_METHODS and unit_kind == "user-level":
                 continue
             yield pytest.param(unit_kind, m, id=f"{unit_kind}-{m}")
 

@@ -44,7 +44,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from controller.method import METHODS
+from controller.method import METHODS, W_EVENT_METHODS
 from controller.step import Engine
 from histogram.testing import RecordingDrawer, ReplayDrawer
 from stream.messages import MessageBuilder
@@ -140,7 +140,7 @@ def differences(settings, step=_plain_step) -> tuple[list[int], int, int]:  # ty
     return bad, compared, counts_differ
 
 
-CASES = [(m, "lpa", u) for m in METHODS for u in ("user-level", "w-event") if not (m in ("bd", "ba") and u == "user-level")]
+CASES = [(m, "lpa", u) for m in METHODS for u in ("user-level", "w-event") if not (m in W_EVENT_METHODS and u == "user-level")]
 CASES += [("uniform", "psd", "user-level"), ("dsat", "psd", "w-event")]
 
 

@@ -1,0 +1,397 @@
+"""w-event mechanisms users compare against (Schäler et al., PVLDB 16(8), 2023).
+
+* :class:`SamplePolicy` — **Sample**: the whole window budget ε at one
+  timestep in every ``w`` (timesteps ``0, w, 2w, …``), the last release
+  republished in between. Reads no data to decide; any ``w`` consecutive
+  timesteps contain exactly one sampled timestep, so every window spends ε
+  (``docs/privacy.md`` §4.3).
+* :class:`PegasusPolicy` — **PeGaSus** (Chen, Machanavajjhala, Hay and
+  Miklau, CCS 2017), window-split: every timestep spends ``ε/w``, of which
+  ``ε_p = (4/5)·ε/w`` perturbs the histogram (the Perturber: a fresh LPA/PSD
+  release) and ``ε_g = (1/5)·ε/w`` pays the Grouper's private deviation test;
+  the Smoother (the mean of the group's perturbed histograms) is
+  post-processing. The test reads only this timestep's histogram (its
+  deviation from the group's *perturbed* mean), not the group's true values
+  as the paper's grouper does: see ``docs/privacy.md`` §4.4 for why and for
+  the proof.
+* :class:`FastPolicy` — **FAST_w** (Fan and Xiong, CIKM 2012 / TKDE 2014):
+  samples at ``ε/C`` each (``C = privacy.cutoff``, at most ``C`` per window
+  of ``w``, enforced by the window ledger), a Kalman filter corrects each
+  noisy sample against its prediction and is published, and a PID
+  controller on the filter's relative error moves the sampling interval.
+  Everything after the sample's noise is post-processing (§4.5).
+
+Each policy is w-event only (its budget rule is per window) and charges
+``ctx.accountant`` (a :class:`~controller.accountant.WindowAccountant`)
+before any noise is drawn; the ledger refuses a step that would take any
+window of ``w`` past ε.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from controller.accountant import Accountant, WindowAccountant
+from controller.errors import ConfigurationError, StateError
+from controller.policies.base import REPUBLISH, Decision, DecisionContext, fresh
+from controller.step import decode_array, encode_array
+from controller.units import WEvent
+from histogram.mechanism import NoisyHistogram
+
+__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "FastPolicy", "FastState"]
+
+
+def _require_w_event(unit: object, name: str) -> None:
+    if not isinstance(unit, WEvent):
+        raise ConfigurationError(f"{name} is a w-event mechanism: set privacy.unit: w-event and privacy.w")
+
+
+@dataclass(frozen=True)
+class SamplePolicy:
+    """Sample: ε at timesteps ``0, w, 2w, …``; republish in between.
+
+    Attributes:
+        unit: the w-event unit (ε per window of ``w``); ``unit.cutoff`` is not
+            used (Sample always spends the whole window budget at once).
+    """
+
+    unit: WEvent
+    name: str = "sample"
+
+    def __post_init__(self) -> None:
+        _require_w_event(self.unit, self.name)
+
+    @property
+    def per_release(self) -> Fraction:
+        """ε of each sampled release: the whole window budget."""
+        return self.unit.epsilon
+
+    def new_accountant(self) -> Accountant:
+        return WindowAccountant(self.unit.epsilon, self.unit.w)
+
+    def reset(self) -> None:
+        return None
+
+    def decide(self, state: None, ctx: DecisionContext) -> tuple[Decision, None]:
+        if ctx.timestep % self.unit.w != 0:
+            return REPUBLISH, None
+        if not ctx.accountant.can_spend(ctx.timestep, self.per_release):
+            return REPUBLISH, None  # cannot happen with a fresh ledger; never overspend if it does
+        return fresh(self.per_release, "sample"), None
+
+    def on_fresh(self, state: None, timestep: int) -> None:
+        return None
+
+    def state_to_json(self, state: None) -> dict[str, Any]:
+        return {}
+
+    def state_from_json(self, data: dict[str, Any]) -> None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"decision": self.name, "interval": self.unit.w, "per_release_epsilon": str(self.per_release)}
+
+
+@dataclass(frozen=True)
+class PegasusState:
+    """The open group: its size and the sum of its members' *perturbed* histograms.
+
+    Public given the releases' noise: both are functions of ε_p-DP perturbed
+    values and of the ε_g-DP grouping decisions. ``joined`` records this
+    timestep's decision (True: ``t`` joined the open group) for the smoother.
+    """
+
+    size: int = 0
+    total: np.ndarray | None = None
+    joined: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"size": self.size, "total": None if self.total is None else encode_array(self.total),
+                "joined": self.joined}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PegasusState:
+        try:
+            size = int(data["size"])
+            total = None if data["total"] is None else decode_array(data["total"])
+            joined = bool(data["joined"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(f"malformed PeGaSus state: {exc}") from exc
+        if size < 0 or (size == 0) != (total is None):
+            raise StateError(f"malformed PeGaSus state: group of size {size} with{'out' if total is None else ''} a sum")
+        return cls(size, total, joined)
+
+
+@dataclass(frozen=True)
+class PegasusPolicy:
+    """PeGaSus, window-split: perturb at ε_p, test at ε_g, smooth for free, every timestep.
+
+    Attributes:
+        unit: the w-event unit; each timestep spends ``ε/w``.
+        sensitivity: per-person per-timestep contribution bound Δ (L1).
+        perturb_share: ε_p's share of ``ε/w`` (the paper's 0.8; the rest, ε_g, tests).
+        max_group: the longest group (public), or None (the default, as in
+            the paper) for no limit; a limit bounds the smoother's lag on slow
+            drift. The state is two numbers and one histogram either way.
+    """
+
+    unit: WEvent
+    sensitivity: int = 1
+    perturb_share: Fraction = Fraction(4, 5)
+    max_group: int | None = None
+    name: str = "pegasus"
+
+    def __post_init__(self) -> None:
+        _require_w_event(self.unit, self.name)
+        share = Fraction(self.perturb_share)
+        if not 0 < share < 1:
+            raise ConfigurationError(f"PeGaSus perturb_share must lie strictly between 0 and 1, got {share}")
+        object.__setattr__(self, "perturb_share", share)
+        if self.max_group is not None and (
+            isinstance(self.max_group, bool) or not isinstance(self.max_group, int) or self.max_group < 1
+        ):
+            raise ConfigurationError(f"PeGaSus max_group must be a whole number >= 1, got {self.max_group!r}")
+
+    @property
+    def epsilon_p(self) -> Fraction:
+        """ε of each timestep's perturbation (a fresh release)."""
+        return self.unit.epsilon / self.unit.w * self.perturb_share
+
+    @property
+    def epsilon_g(self) -> Fraction:
+        """ε of each timestep's deviation test."""
+        return self.unit.epsilon / self.unit.w - self.epsilon_p
+
+    @property
+    def test_scale(self) -> Fraction:
+        """Discrete Laplace scale of the deviation test: Δ/ε_g."""
+        return Fraction(self.sensitivity) / self.epsilon_g
+
+    def threshold(self, size: int, bins: int, error_per_bin: float) -> float:
+        """Public threshold θ for a group of ``size`` perturbed histograms.
+
+        The L1 distance between a constant stream and the mean of ``size``
+        perturbed copies of it is about ``U·e/√size`` (``e`` the perturber's
+        mean absolute error per bin); θ adds two standard deviations of that
+        sum (``2·√U·e/√size``) and two test-noise scales, so a group closes on
+        change rather than on noise. A function of public parameters only.
+        """
+        spread = error_per_bin / math.sqrt(size)
+        return bins * spread + 2 * math.sqrt(bins) * spread + 2 * float(self.test_scale)
+
+    def new_accountant(self) -> Accountant:
+        return WindowAccountant(self.unit.epsilon, self.unit.w)
+
+    def reset(self) -> PegasusState:
+        return PegasusState()
+
+    @staticmethod
+    def _mean(state: PegasusState) -> np.ndarray:
+        assert state.total is not None
+        if state.total.dtype.kind in "iu":  # exact rounding of an integer mean: floor(S/n + 1/2)
+            return (2 * state.total + state.size) // (2 * state.size)
+        return state.total / state.size
+
+    def deviation(self, counts: np.ndarray, state: PegasusState) -> int:
+        """The test's query: ``⌊Σ_b |x_t[b] − m[b]|⌋`` with ``m`` the group's rounded perturbed mean.
+
+        ``m`` is public (post-processing of releases), so the query reads only
+        this timestep's histogram; it is 1-Lipschitz in L1, an integer, and
+        moves by at most Δ between neighbours.
+        """
+        m = np.rint(self._mean(state)).astype(np.int64)
+        return int(np.abs(counts.astype(np.int64) - m).sum())
+
+    def decide(self, state: PegasusState, ctx: DecisionContext) -> tuple[Decision, PegasusState]:
+        t = ctx.timestep
+        if state.size == 0 or (self.max_group is not None and state.size >= self.max_group):
+            need = self.epsilon_p  # a new group: nothing to test
+            if not ctx.accountant.can_spend(t, need):
+                return REPUBLISH, state
+            return fresh(self.epsilon_p, "new group"), replace(state, joined=False)
+        if not ctx.accountant.can_spend(t, self.epsilon_g + self.epsilon_p):
+            return REPUBLISH, state
+        ctx.accountant.spend(t, self.epsilon_g, "test")
+        noisy = self.deviation(ctx.counts, state) + int(ctx.noise.discrete_laplace(self.test_scale))
+        theta = self.threshold(state.size, ctx.bins, ctx.mechanism.expected_abs_error(self.epsilon_p, ctx.bins))
+        joined = noisy <= theta
+        return fresh(self.epsilon_p, "joined group" if joined else "new group"), replace(state, joined=joined)
+
+    def smooth(self, state: PegasusState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, PegasusState]:
+        """The Smoother: publish the mean of the group's perturbed histograms (post-processing)."""
+        perturbed = np.asarray(noisy.counts)
+        if state.joined and state.total is not None:
+            kind = np.int64 if perturbed.dtype.kind in "iu" and state.total.dtype.kind in "iu" else np.float64
+            new = PegasusState(state.size + 1, state.total.astype(kind) + perturbed.astype(kind), False)
+        else:
+            new = PegasusState(1, perturbed.copy(), False)
+        new.total.setflags(write=False)  # type: ignore[union-attr]
+        if new.size == 1:
+            return noisy, new
+        out = self._mean(new)
+        out.setflags(write=False)
+        # a group mean is biased by change inside the group: no interval is claimed (published as null)
+        width = np.broadcast_to(np.float64(np.inf), out.shape)
+        return NoisyHistogram(out, noisy.epsilon, width, noisy.confidence, {"smoothed_over": new.size}), new
+
+    def on_fresh(self, state: PegasusState, timestep: int) -> PegasusState:
+        return state
+
+    def state_to_json(self, state: PegasusState) -> dict[str, Any]:
+        return state.to_json()
+
+    def state_from_json(self, data: dict[str, Any]) -> PegasusState:
+        return PegasusState.from_json(data)
+
+    def describe(self) -> dict[str, Any]:
+        return {"decision": self.name, "epsilon_p": str(self.epsilon_p), "epsilon_g": str(self.epsilon_g),
+                "max_group": self.max_group, "smoother": "mean"}
+
+
+@dataclass(frozen=True)
+class FastState:
+    """Public state of FAST_w: the filter, the controller and the schedule.
+
+    Attributes:
+        estimate: the filter's posterior (the counts last published), or None before the first sample.
+        variance: the posterior variance P per bin (one number: R and Q are the same for every bin).
+        last_sample: timestep of the last sample (-1 before any).
+        interval: the sampling interval I (timesteps, >= 1).
+        next_sample: the timestep at which the next sample is due.
+        errors: the last ``window`` PID errors (newest last).
+        prior: this timestep's prior (set by ``decide`` for ``smooth``).
+    """
+
+    estimate: np.ndarray | None = None
+    variance: float = 0.0
+    last_sample: int = -1
+    interval: int = 1
+    next_sample: int = 0
+    errors: tuple[float, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"estimate": None if self.estimate is None else encode_array(self.estimate),
+                "variance": repr(self.variance), "last_sample": self.last_sample, "interval": self.interval,
+                "next_sample": self.next_sample, "errors": [repr(e) for e in self.errors]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FastState:
+        try:
+            est = None if data["estimate"] is None else decode_array(data["estimate"])
+            out = cls(est, float(data["variance"]), int(data["last_sample"]), int(data["interval"]),
+                      int(data["next_sample"]), tuple(float(e) for e in data["errors"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(f"malformed FAST_w state: {exc}") from exc
+        if out.interval < 1 or not math.isfinite(out.variance) or out.variance < 0:
+            raise StateError("malformed FAST_w state: interval < 1 or a bad variance")
+        return out
+
+
+@dataclass(frozen=True)
+class FastPolicy:
+    """FAST_w: PID-driven sampling at ε/C per sample, Kalman-filtered releases.
+
+    Attributes:
+        unit: the w-event unit; ``unit.cutoff`` is M, the most samples in any window of ``w``.
+        sensitivity: per-person per-timestep contribution bound Δ.
+        cp, ci, cd: PID gains (Fan and Xiong's defaults 0.9, 0.1, 0).
+        theta: the interval step θ (timesteps); ``xi`` the PID set point ξ.
+        pid_window: T_i, how many recent errors the integral term averages.
+        process_ratio: the filter's process variance Q as a fraction of the
+            sample noise variance R (FAST's defaults have Q/R = 0.1).
+    """
+
+    unit: WEvent
+    sensitivity: int = 1
+    cp: float = 0.9
+    ci: float = 0.1
+    cd: float = 0.0
+    theta: float = 5.0
+    xi: float = 0.1
+    pid_window: int = 5
+    process_ratio: float = 0.1
+    name: str = "fast"
+
+    def __post_init__(self) -> None:
+        _require_w_event(self.unit, self.name)
+        for field_name in ("cp", "ci", "cd", "theta", "xi", "process_ratio"):
+            v = getattr(self, field_name)
+            if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ConfigurationError(f"FAST_w {field_name} must be a finite number >= 0, got {v!r}")
+        if self.xi <= 0 or self.process_ratio <= 0 or self.pid_window < 1:
+            raise ConfigurationError("FAST_w needs xi > 0, process_ratio > 0 and pid_window >= 1")
+
+    @property
+    def per_sample(self) -> Fraction:
+        """ε of each sample: the window budget over M = C samples."""
+        return self.unit.epsilon / self.unit.cutoff
+
+    @property
+    def base_interval(self) -> int:
+        """The interval at which C samples fill a window exactly: ⌈w/C⌉ (the start value)."""
+        return -(-self.unit.w // self.unit.cutoff)
+
+    def new_accountant(self) -> Accountant:
+        return WindowAccountant(self.unit.epsilon, self.unit.w)
+
+    def reset(self) -> FastState:
+        return FastState(interval=self.base_interval)
+
+    def decide(self, state: FastState, ctx: DecisionContext) -> tuple[Decision, FastState]:
+        t = ctx.timestep
+        if t < state.next_sample or not ctx.accountant.can_spend(t, self.per_sample):
+            return REPUBLISH, state  # publish the prediction (= the last posterior); reads no data
+        return fresh(self.per_sample, "scheduled sample"), state
+
+    def _noise_variance(self, noisy: NoisyHistogram, bins: int) -> float:
+        """R: the variance of one count's sample noise (public: Δ, ε/C, the mechanism's error model)."""
+        b = float(Fraction(self.sensitivity) / self.per_sample)
+        return 2.0 * b * b
+
+    def smooth(self, state: FastState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, FastState]:
+        """Kalman correction of the sample, then the PID update of the interval (post-processing)."""
+        z = np.asarray(noisy.counts, dtype=np.float64)
+        r = self._noise_variance(noisy, z.size)
+        if state.estimate is None:
+            posterior, variance, error = z, r, 0.0
+        else:
+            prior = np.asarray(state.estimate, dtype=np.float64)
+            p = state.variance + self.process_ratio * r * (timestep - state.last_sample)
+            gain = p / (p + r)
+            posterior = prior + gain * (z - prior)
+            variance = (1 - gain) * p
+            # relative change beyond the sample noise's expected L1 (public), FAST's feedback error
+            floor = z.size * math.sqrt(r / 2.0)
+            change = max(0.0, float(np.abs(z - prior).sum()) - floor)
+            error = change / max(float(np.abs(posterior).sum()), 1.0)
+        errors = (*state.errors, error)[-self.pid_window:]
+        derivative = 0.0 if len(errors) < 2 or state.last_sample < 0 else \
+            (errors[-1] - errors[-2]) / (timestep - state.last_sample)
+        control = self.cp * error + self.ci * sum(errors) / len(errors) + self.cd * derivative
+        step = self.theta * (1.0 - math.exp((control - self.xi) / self.xi))
+        interval = max(1, int(state.interval + step))
+        posterior = np.array(posterior, dtype=np.float64)
+        posterior.setflags(write=False)
+        new = FastState(posterior, float(variance), timestep, interval, timestep + interval, errors)
+        width = np.broadcast_to(np.float64(np.inf), posterior.shape)  # a filtered estimate: no interval claimed
+        details = {"kalman_gain": round(1.0 - variance / r, 6) if state.estimate is not None else 1.0}
+        return NoisyHistogram(posterior, noisy.epsilon, width, noisy.confidence, details), new
+
+    def on_fresh(self, state: FastState, timestep: int) -> FastState:
+        return state
+
+    def state_to_json(self, state: FastState) -> dict[str, Any]:
+        return state.to_json()
+
+    def state_from_json(self, data: dict[str, Any]) -> FastState:
+        return FastState.from_json(data)
+
+    def describe(self) -> dict[str, Any]:
+        return {"decision": self.name, "per_sample_epsilon": str(self.per_sample), "max_samples": self.unit.cutoff,
+                "pid": [self.cp, self.ci, self.cd, self.theta, self.xi, self.pid_window],
+                "process_ratio": self.process_ratio}
