@@ -80,6 +80,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="stop at the first bad input row (exit 1)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: only on a terminal)")
+    p.add_argument("--jobs", type=_int_at_least(0), default=0,
+                   help="methods evaluated in parallel processes (default 0: one per core; 1: none); "
+                        "the results do not depend on it")
     p.set_defaults(func=run, handler=run)
     return p
 
@@ -145,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
             query_size=args.query_size,
             true_versions=true_versions,
             progress=progress,
+            jobs=args.jobs or None,
         )
     except (EvaluationError, ConfigError) as exc:
         _err(str(exc))
