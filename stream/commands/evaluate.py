@@ -99,6 +99,23 @@ def _err(msg: str) -> None:
     print(f"dpstream evaluate: error: {msg}", file=sys.stderr)
 
 
+def _unwritable(target: str) -> str | None:
+    """Why ``target`` cannot be written (None: it can), checked without creating it."""
+    import os
+
+    path = Path(target)
+    if path.is_dir():
+        return "is a directory: give a file name"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"the directory {parent} does not exist: create it or choose another path"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the file is not writable: choose another path or change its permissions"
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        return f"the directory {parent} is not writable: choose another path"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from controller.errors import ConfigurationError, StateError
     from histogram.errors import HistogramError
@@ -124,6 +141,18 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, EvaluationError) as exc:
         _err(str(exc))
         return EXIT_USAGE
+    # fail before any work on what would only fail at the end: the plotting extra and the outputs
+    if args.plot:
+        from stream.lab.plot import MISSING, matplotlib_available
+
+        if not matplotlib_available():
+            _err(f"--plot {args.plot}: {MISSING}; or drop --plot")
+            return EXIT_USAGE
+    for flag, target in (("--json", args.json_out), ("--plot", args.plot)):
+        problem = _unwritable(target) if target else None
+        if problem:
+            _err(f"{flag} {target}: {problem}")
+            return EXIT_USAGE
     progress = {"auto": None, "on": True, "off": False}[args.progress]
     try:
         truth = load_truth(settings, args.input, kind=args.input_kind, strict=args.strict, progress=progress)
@@ -177,7 +206,11 @@ def run(args: argparse.Namespace) -> int:
               f"(mean absolute error per bin {result['methods'][name]['mae']:.4g} against {zero_mae:.4g}): "
               "at this ε and on this data it is worse than releasing nothing; see 'references' in the output",
               file=sys.stderr)
+    from stream.lab.table import results_table
+
     text = json.dumps(result, indent=2, allow_nan=False)
+    # the table for a person: on stdout when the JSON goes to a file, else on stderr (stdout stays JSON)
+    print(results_table(result), file=sys.stdout if args.json_out else sys.stderr)
     if args.json_out:
         try:
             Path(args.json_out).write_text(text + "\n")
@@ -191,8 +224,9 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             plot_methods(result, args.plot, title=f"dpstream evaluate: {Path(args.input).name}")
-        except PlotUnavailableError as exc:
-            print(f"dpstream evaluate: --plot skipped: {exc}", file=sys.stderr)
+        except PlotUnavailableError as exc:  # checked before the run; only if it vanished meanwhile
+            _err(str(exc))
+            return EXIT_USAGE
         except OSError as exc:
             _err(f"cannot write {args.plot}: {exc.strerror or exc}")
             return EXIT_USAGE
