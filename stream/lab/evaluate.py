@@ -60,6 +60,7 @@ from histogram.postprocess import POSTPROCESSORS, postprocess
 from stream.config import ConfigError, Settings
 from stream.ingest.events import KEY_USER_ID
 from stream.lab.metrics import ErrorAccumulator, Workload, summarise
+from stream.lab.smoothing import SMOOTHERS, Smoother
 
 __all__ = [
     "EvaluationError",
@@ -188,10 +189,10 @@ def parse_methods(text: str | Sequence[str]) -> list[str]:
     unknown = [m for m in names if split_method(m)[0] not in METHODS]
     if unknown:
         raise EvaluationError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
-    bad_post = [m for m in names if split_method(m)[1] not in (None, *POSTPROCESSORS)]
+    bad_post = [m for m in names if split_method(m)[1] not in (None, *POSTPROCESSORS, *SMOOTHERS)]
     if bad_post:
         raise EvaluationError(f"unknown post-processor in {', '.join(bad_post)}: after '+' use one of "
-                              f"{', '.join(POSTPROCESSORS)}")
+                              f"{', '.join((*POSTPROCESSORS, *SMOOTHERS))}")
     if len(set(names)) != len(names):
         raise EvaluationError(f"--methods lists a method twice: {','.join(names)}")
     return names
@@ -225,7 +226,9 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
     for m in methods:
         base, post = split_method(m)
         release: dict[str, Any] = {"decision": base}
-        if post is not None:
+        if post in SMOOTHERS:
+            release["postprocess"] = "nonnegative"  # smoothing runs on top of the clamped counts
+        elif post is not None:
             release["postprocess"] = post
         try:
             out[m] = settings_with(settings, {"release": release})
@@ -261,8 +264,12 @@ def run_method(
     *,
     tick: Callable[[int], None] | None = None,
     tick_every: int = 25,
+    smoother: str | None = None,
 ) -> RunTrace:
-    """Step ``settings.engine()`` over every timestep once; errors against the truth."""
+    """Step ``settings.engine()`` over every timestep once; errors against the truth.
+
+    ``smoother`` (:data:`stream.lab.smoothing.SMOOTHERS`) smooths the published series over time
+    (lab-only post-processing of the releases)."""
     engine = settings.engine()
     stream_id = settings.stream.id
     state = engine.initial_state()
@@ -273,13 +280,20 @@ def run_method(
     max_window: Fraction = Fraction(0)
     release = None
     pending = 0
+    smooth = (Smoother.for_stream(smoother, settings.privacy.population, workload.bins)
+              if smoother is not None else None)
     for t in range(workload.timesteps):
         release, state = engine.step(state, workload.truth[t], randomness.drawer(stream_id, t, "release"))
         src = release.source_timestep
         sources.append(src)
         if release.kind == "fresh":
             epsilons[t] = release.epsilon_release
-        acc.add(t, src, None if src is None else postprocess(post, release.counts))
+        if smooth is not None and src is not None:
+            counts = smooth.step(postprocess(post, release.counts), release.kind == "fresh",
+                                 release.half_width, release.confidence)
+            acc.add(t, ("smoothed", t), counts)  # a new key every timestep: the series moves
+        else:
+            acc.add(t, src, None if src is None else postprocess(post, release.counts))
         window = release.window_spend if release.window_spend is not None else release.epsilon_spent
         if window > max_window:
             max_window = window
@@ -315,6 +329,7 @@ def run_fast(
     *,
     name: str = "",
     tick: Callable[[int], None] | None = None,
+    smoother: str | None = None,
 ) -> list[RunTrace]:
     """``runs`` runs of a data-independent method: run 0 is the engine's own run, the others reuse
     its decisions and ε and draw their noise in one pass.
@@ -329,7 +344,7 @@ def run_fast(
     distribution as stepping the engine ``runs`` times, not the same values
     (``tests/stream/lab/test_fast_lab.py`` compares the two).
     """
-    first = run_method(settings, workload, Randomness.seeded(seed), tick=tick)
+    first = run_method(settings, workload, Randomness.seeded(seed), tick=tick, smoother=smoother)
     if runs == 1:
         return [first]
     mech = settings.mechanism()
@@ -351,8 +366,24 @@ def run_fast(
     src_index = np.asarray([-1 if s is None else pos[s] for s in first.sources], dtype=np.int64)
     traces = [first]
     fixed = {k: first.metrics[k] for k in ("fresh_releases", "epsilon_spent", "max_window_spend")}
+    smoothed = None
+    if smoother is not None:  # sequential in time, one array pass over all runs at each timestep
+        smooth = Smoother.for_stream(smoother, settings.privacy.population, workload.bins)
+        widths = {t: float(mech.half_width(first.epsilons[t])) for t in fresh_ts}  # type: ignore[attr-defined]
+        smoothed = np.zeros((rest, workload.timesteps, workload.bins))
+        last_width = 0.0
+        for t, i in enumerate(src_index.tolist()):
+            if i < 0:
+                continue  # the all-zero placeholder before the first release stays zero
+            fresh = first.sources[t] == t
+            last_width = widths[t] if fresh else last_width
+            smoothed[:, t, :] = smooth.step(released[:, i, :], fresh, np.float64(last_width),
+                                            settings.release.confidence)
     for r in range(rest):
-        metrics = batch_metrics(workload, released[r], src_index)
+        if smoothed is not None:
+            metrics = batch_metrics(workload, smoothed[r], np.arange(workload.timesteps))
+        else:
+            metrics = batch_metrics(workload, released[r], src_index)
         traces.append(RunTrace({**metrics, **fixed}, first.sources, first.epsilons))
         if tick is not None:
             tick(workload.timesteps)
@@ -471,10 +502,13 @@ def _evaluate_method(
     tick: Callable[[int], None] | None,
 ) -> dict[str, Any]:
     """``{name: summary}`` (and ``{name-true: …}`` when asked) for one method."""
+    smoother = split_method(name)[1]
+    smoother = smoother if smoother in SMOOTHERS else None
     if fast_eligible(s):
-        traces = run_fast(s, workload, seed, runs, name=name, tick=tick)
+        traces = run_fast(s, workload, seed, runs, name=name, tick=tick, smoother=smoother)
     else:
-        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
+        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick, smoother=smoother)
+                  for r in range(runs)]
     out = {name: summarise([tr.metrics for tr in traces], confidence)}
     if want_true:
         out[f"{name}-true"] = summarise([true_version(workload, tr.sources) for tr in traces], confidence)
