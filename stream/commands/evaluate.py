@@ -59,8 +59,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--config", required=True, help="the stream's config.yaml")
     p.add_argument("--input", required=True, help="events CSV, or a counts file (one row per timestep)")
-    p.add_argument("--methods", default=DEFAULT_METHODS,
-                   help=f"comma-separated decision methods (default {DEFAULT_METHODS}; bd and ba need w-event)")
+    p.add_argument("--methods", default=None,
+                   help=f"comma-separated decision methods (default {DEFAULT_METHODS}; bd and ba need w-event; "
+                        "with --recommend: the methods to try, default all)")
+    p.add_argument("--recommend", action="store_true",
+                   help="try every method this config can run, as published, +nonnegative and +kalman, and "
+                        "print them ranked with the reason for the first (tuning on private history is not free)")
+    p.add_argument("--rank-by", choices=("mae", "query_abs_error"), default="mae",
+                   help="--recommend: rank by MAE per bin (default) or range-query error")
     p.add_argument("--runs", type=_int_at_least(1), default=10, help="runs per method (default 10)")
     p.add_argument("--queries", type=_int_at_least(0), default=1000,
                    help="random range-count queries per timestep (default 1000; 0 = none)")
@@ -132,7 +138,12 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = load_settings(args.config)
-        methods = parse_methods(args.methods)
+        if args.recommend:
+            from stream.lab.recommend import candidates
+
+            methods = candidates(settings, parse_methods(args.methods) if args.methods else None)
+        else:
+            methods = parse_methods(args.methods or DEFAULT_METHODS)
         true_versions = parse_methods(args.true_versions) if args.true_versions.strip() else []
         missing = [m for m in true_versions if m not in methods]
         if missing:
@@ -208,6 +219,12 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     from stream.lab.table import results_table
 
+    if args.recommend:
+        from stream.lab.recommend import ranking, recommendation
+
+        result["recommendation"] = {"rank_by": args.rank_by, "ranking": [n for n, _ in ranking(result, args.rank_by)]}
+        print(recommendation(result, args.rank_by, diagnostics),
+              file=sys.stdout if args.json_out else sys.stderr)
     text = json.dumps(result, indent=2, allow_nan=False)
     # the table for a person: on stdout when the JSON goes to a file, else on stderr (stdout stays JSON)
     print(results_table(result), file=sys.stdout if args.json_out else sys.stderr)

@@ -439,3 +439,22 @@ def test_person_from_record_key_is_refused_for_csv_input(tmp_path, cli, capsys):
     assert cli(["replay", "--config", str(path), "--input", str(data), "--output", str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.count("a CSV file has no record keys") == 2 and "DPSTREAM_SCHEMA__USER_ID" in err
+
+
+def test_cli_recommend_ranks_every_runnable_candidate(tmp_path, cli, capsys):
+    from controller.method import METHODS
+
+    cfg = _write_config(tmp_path / "c.yaml", _config(horizon=6, cutoff=2))
+    ev = _events_csv(tmp_path / "e.csv", _good_rows())
+    out = tmp_path / "o.json"
+    assert cli(["evaluate", "--config", str(cfg), "--input", str(ev), "--recommend", "--runs", "2",
+                "--queries", "5", "--json", str(out), "--progress", "off"]) == 0
+    text = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    ranked = result["recommendation"]["ranking"]
+    # every method of the registry this (user-level) config can run, in three variants; bd/ba cannot
+    runnable = [m for m in METHODS if m not in ("bd", "ba")]
+    assert sorted(ranked) == sorted(m + v for m in runnable for v in ("", "+nonnegative", "+kalman"))
+    maes = [result["methods"][n]["mae"] for n in ranked]
+    assert maes == sorted(maes)
+    assert f"recommend {ranked[0]}:" in text and "not free" in text
