@@ -59,8 +59,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--config", required=True, help="the stream's config.yaml")
     p.add_argument("--input", required=True, help="events CSV, or a counts file (one row per timestep)")
-    p.add_argument("--methods", default=DEFAULT_METHODS,
-                   help=f"comma-separated decision methods (default {DEFAULT_METHODS}; bd and ba need w-event)")
+    p.add_argument("--methods", default=None,
+                   help=f"comma-separated decision methods (default {DEFAULT_METHODS}; bd and ba need w-event; "
+                        "with --recommend: the methods to try, default all)")
+    p.add_argument("--recommend", action="store_true",
+                   help="try every method this config can run, as published, +nonnegative and +kalman, and "
+                        "print them ranked with the reason for the first (tuning on private history is not free)")
+    p.add_argument("--rank-by", choices=("mae", "query_abs_error"), default="mae",
+                   help="--recommend: rank by MAE per bin (default) or range-query error")
     p.add_argument("--runs", type=_int_at_least(1), default=10, help="runs per method (default 10)")
     p.add_argument("--queries", type=_int_at_least(0), default=1000,
                    help="random range-count queries per timestep (default 1000; 0 = none)")
@@ -80,6 +86,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="stop at the first bad input row (exit 1)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: only on a terminal)")
+    p.add_argument("--jobs", type=_int_at_least(0), default=0,
+                   help="methods evaluated in parallel processes (default 0: one per core; 1: none); "
+                        "the results do not depend on it")
     p.set_defaults(func=run, handler=run)
     return p
 
@@ -98,6 +107,23 @@ def _err(msg: str) -> None:
     print_error("evaluate", msg)  # one prefixed line per line of msg (a ConfigError has one per problem)
 
 
+def _unwritable(target: str) -> str | None:
+    """Why ``target`` cannot be written (None: it can), checked without creating it."""
+    import os
+
+    path = Path(target)
+    if path.is_dir():
+        return "is a directory: give a file name"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"the directory {parent} does not exist: create it or choose another path"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the file is not writable: choose another path or change its permissions"
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        return f"the directory {parent} is not writable: choose another path"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from controller.errors import ConfigurationError, StateError
     from histogram.errors import HistogramError
@@ -114,7 +140,12 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = load_settings(args.config)
-        methods = parse_methods(args.methods)
+        if args.recommend:
+            from stream.lab.recommend import candidates
+
+            methods = candidates(settings, parse_methods(args.methods) if args.methods else None)
+        else:
+            methods = parse_methods(args.methods or DEFAULT_METHODS)
         true_versions = parse_methods(args.true_versions) if args.true_versions.strip() else []
         missing = [m for m in true_versions if m not in methods]
         if missing:
@@ -123,6 +154,18 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, EvaluationError) as exc:
         _err(str(exc))
         return EXIT_USAGE
+    # fail before any work on what would only fail at the end: the plotting extra and the outputs
+    if args.plot:
+        from stream.lab.plot import MISSING, matplotlib_available
+
+        if not matplotlib_available():
+            _err(f"--plot {args.plot}: {MISSING}; or drop --plot")
+            return EXIT_USAGE
+    for flag, target in (("--json", args.json_out), ("--plot", args.plot)):
+        problem = _unwritable(target) if target else None
+        if problem:
+            _err(f"{flag} {target}: {problem}")
+            return EXIT_USAGE
     progress = {"auto": None, "on": True, "off": False}[args.progress]
     try:
         truth = load_truth(settings, args.input, kind=args.input_kind, strict=args.strict, progress=progress)
@@ -147,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
             query_size=args.query_size,
             true_versions=true_versions,
             progress=progress,
+            jobs=args.jobs or None,
         )
     except (EvaluationError, ConfigError) as exc:
         _err(str(exc))
@@ -175,7 +219,17 @@ def run(args: argparse.Namespace) -> int:
               f"(mean absolute error per bin {result['methods'][name]['mae']:.4g} against {zero_mae:.4g}): "
               "at this ε and on this data it is worse than releasing nothing; see 'references' in the output",
               file=sys.stderr)
+    from stream.lab.table import results_table
+
+    if args.recommend:
+        from stream.lab.recommend import ranking, recommendation
+
+        result["recommendation"] = {"rank_by": args.rank_by, "ranking": [n for n, _ in ranking(result, args.rank_by)]}
+        print(recommendation(result, args.rank_by, diagnostics),
+              file=sys.stdout if args.json_out else sys.stderr)
     text = json.dumps(result, indent=2, allow_nan=False)
+    # the table for a person: on stdout when the JSON goes to a file, else on stderr (stdout stays JSON)
+    print(results_table(result), file=sys.stdout if args.json_out else sys.stderr)
     if args.json_out:
         try:
             Path(args.json_out).write_text(text + "\n")
@@ -189,8 +243,9 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             plot_methods(result, args.plot, title=f"dpstream evaluate: {Path(args.input).name}")
-        except PlotUnavailableError as exc:
-            print(f"dpstream evaluate: --plot skipped: {exc}", file=sys.stderr)
+        except PlotUnavailableError as exc:  # checked before the run; only if it vanished meanwhile
+            _err(str(exc))
+            return EXIT_USAGE
         except OSError as exc:
             _err(f"cannot write {args.plot}: {exc.strerror or exc}")
             return EXIT_USAGE

@@ -1,6 +1,9 @@
-"""``dpstream generate census|traffic``: synthetic dynamic datasets (thesis §4.5.1).
+"""``dpstream generate census|traffic|<family>``: synthetic datasets.
 
-Writes ``DIR/events.csv`` and a matching ``DIR/config.yaml`` (and, with
+``census`` and ``traffic`` are the thesis's dynamic datasets (§4.5.1); the
+families ``exponential``, ``sine``, ``lognormal``, ``trend``, ``randomwalk`` and
+``sudden`` are count streams shaped like the public w-event benchmark's
+(:mod:`stream.lab.families`). Writes ``DIR/events.csv`` and a matching ``DIR/config.yaml`` (and, with
 ``--counts``, ``DIR/counts.csv``: the true histogram of every timestep).
 Exit status (``stream.commands``): 0 written; 2 bad arguments or files that
 cannot be written.
@@ -18,6 +21,8 @@ from stream.commands import non_negative_int as _non_negative_int
 from stream.commands import positive_int as _positive_int
 
 __all__ = ["register", "run"]
+
+FAMILY_NAMES = ("exponential", "sine", "lognormal", "trend", "randomwalk", "sudden")
 
 
 
@@ -40,12 +45,21 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "Write a synthetic dynamic dataset as the thesis builds them (section 4.5.1): "
             "'census' (6 attributes, 27,648 bins; people deleted and inserted at a rate that changes "
             "over 10 periods) or 'traffic' (moving objects on a grid with rush hours). Writes "
-            "DIR/events.csv and DIR/config.yaml."
+            "DIR/events.csv and DIR/config.yaml. The families exponential, sine, lognormal, trend, randomwalk "
+            "and sudden write count streams like the w-event benchmark's (Schaler et al., PVLDB 2023: 1000 "
+            "timesteps, largest value --scale in 10/100/1000/10000, floor 2); see docs/results.md."
         ),
     )
-    p.add_argument("kind", choices=("census", "traffic"), help="which dataset")
+    p.add_argument("kind", choices=("census", "traffic", *FAMILY_NAMES), help="which dataset")
     p.add_argument("--timesteps", type=_positive_int, required=True, help="N, the number of timesteps")
-    p.add_argument("--population", type=_positive_int, required=True, help="P, people (objects) per timestep")
+    p.add_argument("--population", type=_positive_int, default=None,
+                   help="P, people (objects) per timestep (census and traffic: required)")
+    p.add_argument("--scale", type=float, default=1000.0,
+                   help="families: the stream's largest count a (benchmark: 10, 100, 1000, 10000; default 1000)")
+    p.add_argument("--period", type=_positive_int, default=40,
+                   help="families sine/exponential: (average) period in timesteps (default 40)")
+    p.add_argument("--bins", type=_positive_int, default=1,
+                   help="families: independent streams side by side, one per bin (default 1, as the benchmark)")
     p.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the data generator (default 0)")
     p.add_argument("--out", required=True, help="output directory (created if missing)")
     p.add_argument("--rate", type=float, default=0.5, help="census: update rate r (default 0.5)")
@@ -76,7 +90,20 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stream.lab.families import FAMILIES, FamilyParams
     from stream.lab.generate import DEFAULT_START, generate
+
+    family = None
+    if args.kind in FAMILIES:
+        try:
+            family = FamilyParams(scale=args.scale, period=args.period)
+        except ValueError as exc:
+            print(f"dpstream generate: error: {exc}", file=sys.stderr)
+            return 2
+    elif args.population is None:
+        print(f"dpstream generate: error: {args.kind} needs --population (people per timestep), e.g. "
+              "--population 1000", file=sys.stderr)
+        return 2
 
     bar = None
     if args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty()):
@@ -91,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             args.kind,
             args.out,
             timesteps=args.timesteps,
-            population=args.population,
+            population=args.population or 1,
             seed=args.seed,
             rate=args.rate,
             periods=args.periods,
@@ -109,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
             events=not args.counts_only,
             progress=bar.update if bar is not None else None,
             arrival_delay=args.arrival_delay,
+            bins=args.bins,
+            family=family,
         )
     except ValueError as exc:
         print(f"dpstream generate: error: {exc}", file=sys.stderr)

@@ -14,6 +14,15 @@ data, and how wrong would it have been?" It runs the service's release path:
    replay --seed seed+r`` reproduces run ``r`` bit for bit);
 3. each release is compared with the truth (:mod:`stream.lab.metrics`).
 
+Methods whose decisions read neither data nor noise (:data:`DATA_INDEPENDENT`:
+uniform, fixed) with LPA take a faster path (:func:`run_fast`): run 0 is the
+engine's own run as above (decisions and every ε figure from its accountant),
+and the other runs reuse those decisions and draw their noise in one array
+pass with the same exact sampler: the same distribution as stepping the engine,
+not the same values, so ``replay --seed seed+r`` reproduces run ``r`` of these
+methods only for ``r = 0``. Methods run in parallel processes (``jobs``); the
+result does not depend on how many.
+
 The optional non-private "-true" versions (thesis §4.5.2: DSAT-true,
 fixed-true) repeat each private run's fresh/republished decisions with the
 exact histograms instead of noisy ones: their error is the update error of
@@ -51,6 +60,7 @@ from histogram.postprocess import POSTPROCESSORS, postprocess
 from stream.config import ConfigError, Settings
 from stream.ingest.events import KEY_USER_ID
 from stream.lab.metrics import ErrorAccumulator, Workload, summarise
+from stream.lab.smoothing import SMOOTHERS, Smoother
 
 __all__ = [
     "EvaluationError",
@@ -179,10 +189,10 @@ def parse_methods(text: str | Sequence[str]) -> list[str]:
     unknown = [m for m in names if split_method(m)[0] not in METHODS]
     if unknown:
         raise EvaluationError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
-    bad_post = [m for m in names if split_method(m)[1] not in (None, *POSTPROCESSORS)]
+    bad_post = [m for m in names if split_method(m)[1] not in (None, *POSTPROCESSORS, *SMOOTHERS)]
     if bad_post:
         raise EvaluationError(f"unknown post-processor in {', '.join(bad_post)}: after '+' use one of "
-                              f"{', '.join(POSTPROCESSORS)}")
+                              f"{', '.join((*POSTPROCESSORS, *SMOOTHERS))}")
     if len(set(names)) != len(names):
         raise EvaluationError(f"--methods lists a method twice: {','.join(names)}")
     return names
@@ -217,7 +227,9 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
     for m in methods:
         base, post = split_method(m)
         release: dict[str, Any] = {"decision": base}
-        if post is not None:
+        if post in SMOOTHERS:
+            release["postprocess"] = "nonnegative"  # smoothing runs on top of the clamped counts
+        elif post is not None:
             release["postprocess"] = post
         try:
             out[m] = settings_with(settings, {"release": release})
@@ -238,10 +250,12 @@ def _frac_float(x: Fraction | None) -> float:
 
 @dataclass
 class RunTrace:
-    """One run of one method: metrics and the decisions (source timestep per timestep)."""
+    """One run of one method: metrics, the decisions (source timestep per timestep) and the ε of
+    each fresh release (by timestep)."""
 
     metrics: dict[str, float]
     sources: list[int | None]
+    epsilons: dict[int, Fraction] = field(default_factory=dict)
 
 
 def run_method(
@@ -251,22 +265,36 @@ def run_method(
     *,
     tick: Callable[[int], None] | None = None,
     tick_every: int = 25,
+    smoother: str | None = None,
 ) -> RunTrace:
-    """Step ``settings.engine()`` over every timestep once; errors against the truth."""
+    """Step ``settings.engine()`` over every timestep once; errors against the truth.
+
+    ``smoother`` (:data:`stream.lab.smoothing.SMOOTHERS`) smooths the published series over time
+    (lab-only post-processing of the releases)."""
     engine = settings.engine()
     stream_id = settings.stream.id
     state = engine.initial_state()
     acc = ErrorAccumulator(workload)
     post = settings.release.postprocess  # what the service would publish (free post-processing)
     sources: list[int | None] = []
+    epsilons: dict[int, Fraction] = {}
     max_window: Fraction = Fraction(0)
     release = None
     pending = 0
+    smooth = (Smoother.for_stream(smoother, settings.privacy.population, workload.bins)
+              if smoother is not None else None)
     for t in range(workload.timesteps):
         release, state = engine.step(state, workload.truth[t], randomness.drawer(stream_id, t, "release"))
         src = release.source_timestep
         sources.append(src)
-        acc.add(t, src, None if src is None else postprocess(post, release.counts))
+        if release.kind == "fresh":
+            epsilons[t] = release.epsilon_release
+        if smooth is not None and src is not None:
+            counts = smooth.step(postprocess(post, release.counts), release.kind == "fresh",
+                                 release.half_width, release.confidence)
+            acc.add(t, ("smoothed", t), counts)  # a new key every timestep: the series moves
+        else:
+            acc.add(t, src, None if src is None else postprocess(post, release.counts))
         window = release.window_spend if release.window_spend is not None else release.epsilon_spent
         if window > max_window:
             max_window = window
@@ -280,7 +308,113 @@ def run_method(
     metrics["fresh_releases"] = float(release.fresh_count) if release else 0.0
     metrics["epsilon_spent"] = _frac_float(release.epsilon_spent if release else None)
     metrics["max_window_spend"] = float(max_window)
-    return RunTrace(metrics, sources)
+    return RunTrace(metrics, sources, epsilons)
+
+
+#: Methods whose decisions read neither the data nor the noise (thesis §4.1.4: they "spend only on
+#: publications"): every run makes the same decisions and spends the same ε, so the runs can share
+#: one engine run's schedule and draw their noise in one array pass (:func:`run_fast`).
+DATA_INDEPENDENT: frozenset[str] = frozenset({"uniform", "fixed"})
+
+
+def fast_eligible(settings: Settings) -> bool:
+    """Whether :func:`run_fast` applies: a data-independent decision method with LPA."""
+    return settings.release.decision in DATA_INDEPENDENT and settings.release.mechanism == "lpa"
+
+
+def run_fast(
+    settings: Settings,
+    workload: Workload,
+    seed: int,
+    runs: int,
+    *,
+    name: str = "",
+    tick: Callable[[int], None] | None = None,
+    smoother: str | None = None,
+) -> list[RunTrace]:
+    """``runs`` runs of a data-independent method: run 0 is the engine's own run, the others reuse
+    its decisions and ε and draw their noise in one pass.
+
+    Run 0 steps ``settings.engine()`` exactly as :func:`run_method` does (``Randomness.seeded(seed)``,
+    bit for bit what ``dpstream replay --seed seed`` publishes), so the decisions and every ε figure
+    (``epsilon_spent``, ``max_window_spend``, ``fresh_releases``) come from the engine's accountant.
+    The decisions of these methods depend on neither data nor noise, so every other run makes the
+    same ones and spends the same ε. Their noisy counts are ``true + DLap(Δ/ε)`` per bin and fresh
+    timestep, as LPA releases them, drawn by the same exact sampler (one seeded drawer per
+    evaluation, keyed apart from the release drawers) for all runs and timesteps at once: the same
+    distribution as stepping the engine ``runs`` times, not the same values
+    (``tests/stream/lab/test_fast_lab.py`` compares the two).
+    """
+    first = run_method(settings, workload, Randomness.seeded(seed), tick=tick, smoother=smoother)
+    if runs == 1:
+        return [first]
+    mech = settings.mechanism()
+    post = settings.release.postprocess
+    fresh_ts = sorted(first.epsilons)
+    rest = runs - 1
+    noisy = np.empty((rest, len(fresh_ts), workload.bins), dtype=np.int64)
+    drawer = Randomness.seeded(seed).drawer(settings.stream.id, 0, f"lab-fast:{name or settings.release.decision}")
+    by_scale: dict[Fraction, list[int]] = {}
+    for i, t in enumerate(fresh_ts):
+        by_scale.setdefault(Fraction(mech.scale(first.epsilons[t])), []).append(i)  # type: ignore[attr-defined]
+    for scale, idx in by_scale.items():
+        rows = np.asarray(idx, dtype=np.int64)
+        z = drawer.discrete_laplace(scale, rest * rows.size * workload.bins)
+        noisy[:, rows, :] = workload.truth[np.asarray(fresh_ts, dtype=np.int64)[rows]][None] + np.asarray(z).reshape(
+            rest, rows.size, workload.bins)
+    released = postprocess(post, noisy)
+    pos = {t: i for i, t in enumerate(fresh_ts)}
+    src_index = np.asarray([-1 if s is None else pos[s] for s in first.sources], dtype=np.int64)
+    traces = [first]
+    fixed = {k: first.metrics[k] for k in ("fresh_releases", "epsilon_spent", "max_window_spend")}
+    smoothed = None
+    if smoother is not None:  # sequential in time, one array pass over all runs at each timestep
+        smooth = Smoother.for_stream(smoother, settings.privacy.population, workload.bins)
+        widths = {t: float(mech.half_width(first.epsilons[t])) for t in fresh_ts}  # type: ignore[attr-defined]
+        smoothed = np.zeros((rest, workload.timesteps, workload.bins))
+        last_width = 0.0
+        for t, i in enumerate(src_index.tolist()):
+            if i < 0:
+                continue  # the all-zero placeholder before the first release stays zero
+            fresh = first.sources[t] == t
+            last_width = widths[t] if fresh else last_width
+            smoothed[:, t, :] = smooth.step(released[:, i, :], fresh, np.float64(last_width),
+                                            settings.release.confidence)
+    for r in range(rest):
+        if smoothed is not None:
+            metrics = batch_metrics(workload, smoothed[r], np.arange(workload.timesteps))
+        else:
+            metrics = batch_metrics(workload, released[r], src_index)
+        traces.append(RunTrace({**metrics, **fixed}, first.sources, first.epsilons))
+        if tick is not None:
+            tick(workload.timesteps)
+    return traces
+
+
+def batch_metrics(workload: Workload, fresh: np.ndarray, src_index: np.ndarray) -> dict[str, float]:
+    """The :class:`ErrorAccumulator` metrics of one run given all at once.
+
+    ``fresh`` is ``(F, U)``: the published counts of each fresh release; ``src_index[t]`` the row of
+    ``fresh`` published at timestep ``t`` (-1: the all-zero placeholder before the first release).
+    """
+    w = workload
+    table = np.vstack([fresh.astype(np.float64), np.zeros((1, w.bins))])  # row -1: zeros
+    published = table[src_index]
+    err = np.abs(published - w.truth)
+    n = max(w.timesteps, 1)
+    out = {
+        "mae": float(err.sum()) / (n * w.bins),
+        "mre": float((err / np.maximum(w.sanity, w.truth)).sum()) / (n * w.bins),
+        "query_abs_error": math.nan,
+        "query_rel_error": math.nan,
+    }
+    if w.queries is not None and w.truth_answers is not None:
+        answers = w.queries.answer_batch(table)[src_index]
+        qerr = np.abs(answers - w.truth_answers)
+        m = w.query_count
+        out["query_abs_error"] = float(qerr.sum()) / (n * m)
+        out["query_rel_error"] = float((qerr / np.maximum(w.sanity, w.truth_answers)).sum()) / (n * m)
+    return out
 
 
 def true_version(workload: Workload, sources: Sequence[int | None]) -> dict[str, float | None]:
@@ -348,6 +482,40 @@ def _progress(total: int, enabled: bool | None, desc: str, unit: str = "step") -
                 dynamic_ncols=True)
 
 
+def _jobs(jobs: int | None, methods: int) -> int:
+    import os
+
+    if jobs is None:
+        jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if jobs < 1:
+        raise EvaluationError(f"--jobs must be >= 1, got {jobs}")
+    return max(1, min(jobs, methods))
+
+
+def _evaluate_method(
+    name: str,
+    s: Settings,
+    workload: Workload,
+    runs: int,
+    seed: int,
+    want_true: bool,
+    confidence: float,
+    tick: Callable[[int], None] | None,
+) -> dict[str, Any]:
+    """``{name: summary}`` (and ``{name-true: …}`` when asked) for one method."""
+    smoother = split_method(name)[1]
+    smoother = smoother if smoother in SMOOTHERS else None
+    if fast_eligible(s):
+        traces = run_fast(s, workload, seed, runs, name=name, tick=tick, smoother=smoother)
+    else:
+        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick, smoother=smoother)
+                  for r in range(runs)]
+    out = {name: summarise([tr.metrics for tr in traces], confidence)}
+    if want_true:
+        out[f"{name}-true"] = summarise([true_version(workload, tr.sources) for tr in traces], confidence)
+    return out
+
+
 def evaluate_settings(
     per_method: Mapping[str, Settings],
     workload: Workload,
@@ -358,8 +526,13 @@ def evaluate_settings(
     confidence: float = 0.95,
     progress: bool | None = None,
     desc: str = "evaluate",
+    jobs: int | None = 1,
 ) -> dict[str, Any]:
-    """Evaluate already-validated per-method settings on one workload (the JSON result)."""
+    """Evaluate already-validated per-method settings on one workload (the JSON result).
+
+    ``jobs``: methods evaluated in parallel processes (``None``: one per core, at most one per
+    method). Each method's runs are the same whatever ``jobs`` is (each run's noise is keyed by
+    the seed, never by the process), so the result does not depend on it."""
     if runs < 1:
         raise EvaluationError(f"--runs must be >= 1, got {runs}")
     if seed < 0:
@@ -367,20 +540,40 @@ def evaluate_settings(
     if workload.timesteps < 1:
         raise EvaluationError("the input has no timesteps: nothing to evaluate")
     true_set = set(true_versions)
-    bar = _progress(len(per_method) * runs * workload.timesteps, progress, desc, unit="timestep")
-    tick = bar.update if bar is not None else None
+    jobs = _jobs(jobs, len(per_method))
     methods: dict[str, Any] = {}
-    try:
-        for name, s in per_method.items():
+    if jobs > 1:
+        # parallel over methods: one process per method at a time; the bar counts finished methods
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        bar = _progress(len(per_method), progress, desc, unit="method")
+        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        done: dict[str, dict[str, Any]] = {}
+        try:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+                futures = {pool.submit(_evaluate_method, name, s, workload, runs, seed, name in true_set,
+                                       confidence, None): name for name, s in per_method.items()}
+                for fut in as_completed(futures):
+                    done[futures[fut]] = fut.result()
+                    if bar is not None:
+                        bar.update(1)
+        finally:
             if bar is not None:
-                bar.set_description(f"{desc} {name}")
-            traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
-            methods[name] = summarise([tr.metrics for tr in traces], confidence)
-            if name in true_set:
-                methods[f"{name}-true"] = summarise([true_version(workload, tr.sources) for tr in traces], confidence)
-    finally:
-        if bar is not None:
-            bar.close()
+                bar.close()
+        for name in per_method:  # the listed order, whatever order they finished in
+            methods.update(done[name])
+    else:
+        bar = _progress(len(per_method) * runs * workload.timesteps, progress, desc, unit="timestep")
+        tick = bar.update if bar is not None else None
+        try:
+            for name, s in per_method.items():
+                if bar is not None:
+                    bar.set_description(f"{desc} {name}")
+                methods.update(_evaluate_method(name, s, workload, runs, seed, name in true_set, confidence, tick))
+        finally:
+            if bar is not None:
+                bar.close()
     result: dict[str, Any] = {
         "timesteps": workload.timesteps,
         "bins": workload.bins,
@@ -405,6 +598,7 @@ def evaluate(
     query_size: int | None = None,
     true_versions: Iterable[str] = (),
     progress: bool | None = None,
+    jobs: int | None = 1,
 ) -> dict[str, Any]:
     """Evaluate ``methods`` on the true histograms ``truth`` (``(T, U)`` ints) under ``settings``."""
     names = parse_methods(methods)
@@ -433,6 +627,7 @@ def evaluate(
         true_versions=true_versions,
         confidence=settings.release.confidence,
         progress=progress,
+        jobs=jobs,
     )
 
 

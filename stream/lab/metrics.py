@@ -132,6 +132,25 @@ class QueryIndex:
         _prefix_sums(table)
         return table.ravel()[self.corners] @ self.signs
 
+    def answer_batch(self, counts: np.ndarray) -> np.ndarray:
+        """Answers for a ``(K, U)`` stack in one array pass: ``(K, M)`` (same values as :meth:`answer`)."""
+        arr = np.asarray(counts, dtype=np.float64)
+        out = np.empty((arr.shape[0], self.corners.shape[0]))
+        step = max(1, (1 << 22) // max(1, self.corners.shape[0]))  # bound each gathered block to ~32 MB
+        for lo in range(0, arr.shape[0], step):
+            part = arr[lo:lo + step]
+            k = part.shape[0]
+            table = np.zeros((k, *(s + 1 for s in self.shape)), dtype=np.float64)
+            table[(slice(None), *(slice(1, None) for _ in self.shape))] = part.reshape(k, *self.shape)
+            for axis in range(1, table.ndim):
+                np.cumsum(table, axis=axis, out=table)
+            flat = table.reshape(k, -1)
+            acc = self.signs[0] * flat[:, self.corners[:, 0]]
+            for c in range(1, self.corners.shape[1]):
+                acc += self.signs[c] * flat[:, self.corners[:, c]]
+            out[lo:lo + k] = acc
+        return out
+
     def answer_many(self, counts: np.ndarray) -> np.ndarray:
         """Answers for a ``(T, U)`` stack: ``(T, M)``."""
         return np.stack([self.answer(row) for row in np.asarray(counts)]) if len(counts) else np.zeros(
@@ -266,9 +285,9 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     sd = float(x.std(ddof=1))
     if sd == 0.0:
         return (mean, mean)
-    from scipy import stats
+    from scipy.special import stdtrit  # the t quantile; scipy.stats would cost a second to import
 
-    half = float(stats.t.ppf(0.5 + confidence / 2, x.size - 1)) * sd / math.sqrt(x.size)
+    half = float(stdtrit(x.size - 1, 0.5 + confidence / 2)) * sd / math.sqrt(x.size)
     return (mean - half, mean + half)
 
 

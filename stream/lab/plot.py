@@ -95,8 +95,11 @@ def plot_methods(result: Mapping[str, Any], path: str | Path, *, title: str | No
         if key == "mae" and refs:
             ax.legend(fontsize=7, loc="best")
         positive = [v for v in shown if v > 0]
-        if key != "fresh_releases" and positive and max(positive) / min(positive) > 30:
+        # a log axis as soon as the bars differ by more than 3x (with the zero-release line on a linear
+        # axis the methods' bars are often too short to tell apart), and every bar labelled with its value
+        if key != "fresh_releases" and positive and max(positive) / min(positive) > 3:
             ax.set_yscale("log")
+        ax.bar_label(ax.containers[0], labels=[f"{v:.3g}" if v else "" for v in shown], fontsize=7)
     sub = f"{result.get('timesteps')} timesteps, {result.get('bins')} bins, {result.get('runs')} runs"
     fig.suptitle(f"{title} ({sub})" if title else sub, fontsize=11)
     fig.tight_layout()

@@ -328,7 +328,7 @@ def test_cli_plot(tmp_path, cli):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_plot_without_matplotlib_degrades(tmp_path, cli, capsys, monkeypatch):
+def test_cli_plot_without_matplotlib_fails_early(tmp_path, cli, capsys, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
@@ -336,10 +336,56 @@ def test_cli_plot_without_matplotlib_degrades(tmp_path, cli, capsys, monkeypatch
     ev = _events_csv(tmp_path / "e.csv", _good_rows())
     out = tmp_path / "o.json"
     assert cli(["evaluate", "--config", str(cfg), "--input", str(ev), "--methods", "fixed", "--runs", "2",
-                "--queries", "5", "--json", str(out), "--plot", str(tmp_path / "p.png"), "--progress", "off"]) == 0
+                "--queries", "5", "--json", str(out), "--plot", str(tmp_path / "p.png"), "--progress", "off"]) == 2
     err = capsys.readouterr().err
-    assert "--plot skipped" in err and "pip install" in err
-    assert out.exists() and not (tmp_path / "p.png").exists()
+    assert err.count("\n") == 1 and "pip install" in err and "--plot" in err
+    assert not out.exists() and not (tmp_path / "p.png").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("where", ["missing-dir", "a-directory", "read-only-dir"])
+def test_cli_unwritable_output_fails_early(tmp_path, cli, capsys, where):
+    import os
+
+    cfg = _write_config(tmp_path / "c.yaml", _config(horizon=6, cutoff=2))
+    ev = _events_csv(tmp_path / "e.csv", _good_rows())
+    if where == "missing-dir":
+        target = tmp_path / "nope" / "o.json"
+    elif where == "a-directory":
+        target = tmp_path
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        target = ro / "o.json"
+        if os.access(ro, os.W_OK):  # root ignores permissions
+            pytest.skip("running as root: a read-only directory is writable")
+    assert cli(["evaluate", "--config", str(cfg), "--input", str(ev), "--methods", "fixed", "--runs", "1",
+                "--json", str(target), "--progress", "off"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--json" in err and str(target) in err
+
+
+def test_cli_prints_a_results_table(tmp_path, cli, capsys):
+    cfg = _write_config(tmp_path / "c.yaml", _config(horizon=6, cutoff=2))
+    ev = _events_csv(tmp_path / "e.csv", _good_rows())
+    assert cli(["evaluate", "--config", str(cfg), "--input", str(ev), "--methods", "dsat,fixed", "--runs", "2",
+                "--queries", "5", "--json", str(tmp_path / "o.json"), "--progress", "off"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("method"))
+    for col in ("MAE", "range-query error", "fresh releases", "ε spent"):
+        assert col in header
+    result = json.loads((tmp_path / "o.json").read_text())
+    fixed = next(line for line in lines if line.startswith("fixed "))
+    assert f"{result['methods']['fixed']['mae']:.4g}" in fixed
+    assert any(line.startswith("zero-release") and line.endswith("[ref]") for line in lines)
+    assert any(line.startswith("previous-true") and line.endswith("[ref, non-private]") for line in lines)
+    # without --json the JSON alone is on stdout and the table goes to stderr
+    assert cli(["evaluate", "--config", str(cfg), "--input", str(ev), "--methods", "fixed", "--runs", "1",
+                "--queries", "5", "--progress", "off"]) == 0
+    cap = capsys.readouterr()
+    json.loads(cap.out)
+    assert "range-query error" in cap.err
 
 
 def test_replay_with_seed_s_plus_r_reproduces_run_r(tmp_path, cli):
@@ -393,3 +439,22 @@ def test_person_from_record_key_is_refused_for_csv_input(tmp_path, cli, capsys):
     assert cli(["replay", "--config", str(path), "--input", str(data), "--output", str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.count("a CSV file has no record keys") == 2 and "DPSTREAM_SCHEMA__USER_ID" in err
+
+
+def test_cli_recommend_ranks_every_runnable_candidate(tmp_path, cli, capsys):
+    from controller.method import METHODS
+
+    cfg = _write_config(tmp_path / "c.yaml", _config(horizon=6, cutoff=2))
+    ev = _events_csv(tmp_path / "e.csv", _good_rows())
+    out = tmp_path / "o.json"
+    assert cli(["evaluate", "--config", str(cfg), "--input", str(ev), "--recommend", "--runs", "2",
+                "--queries", "5", "--json", str(out), "--progress", "off"]) == 0
+    text = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    ranked = result["recommendation"]["ranking"]
+    # every method of the registry this (user-level) config can run, in three variants; bd/ba cannot
+    runnable = [m for m in METHODS if m not in ("bd", "ba")]
+    assert sorted(ranked) == sorted(m + v for m in runnable for v in ("", "+nonnegative", "+kalman"))
+    maes = [result["methods"][n]["mae"] for n in ranked]
+    assert maes == sorted(maes)
+    assert f"recommend {ranked[0]}:" in text and "not free" in text
