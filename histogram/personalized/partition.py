@@ -109,17 +109,18 @@ def _prefix(levels: BudgetLevels) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     return eps, c, s1, s2
 
 
-def _segments(levels: BudgetLevels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``n[s, e]``, ``W[s, e]``, ``m[s, e]`` for the group of levels ``s … e−1`` (NaN-free, s < e)."""
-    eps, c, s1, s2 = _prefix(levels)
-    L = levels.size
-    s = np.arange(L + 1)[:, None]
-    e = np.arange(L + 1)[None, :]
-    valid = s < e
-    m = np.where(valid, eps[np.minimum(s, L - 1)], 0.0)  # the group's smallest level
-    n = np.where(valid, c[e] - c[s], 0.0)
-    w = np.where(valid, (s2[e] - s2[s]) - 2 * m * (s1[e] - s1[s]) + m**2 * n, 0.0)
-    return n, np.maximum(w, 0.0), m
+class _Segments:
+    """Statistics of the groups ``s … e−1`` ending at ``e``, one column at a time (O(L) memory)."""
+
+    def __init__(self, levels: BudgetLevels) -> None:
+        self.eps, self.c, self.s1, self.s2 = _prefix(levels)
+
+    def column(self, e: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(n, W, m)`` for the groups ``s … e−1``, ``s = 0 … e−1``: size, waste, smallest ε."""
+        m = self.eps[:e]
+        n = self.c[e] - self.c[:e]
+        w = (self.s2[e] - self.s2[:e]) - 2 * m * (self.s1[e] - self.s1[:e]) + m**2 * n
+        return n, np.maximum(w, 0.0), m
 
 
 def waste(partition: BudgetPartition) -> float:
@@ -156,11 +157,8 @@ def privacy_aware_partition(levels: BudgetLevels, min_size: int) -> BudgetPartit
     """
     if min_size < 1:
         raise MechanismError(f"min_size must be >= 1, got {min_size}")
-    n, w, _ = _segments(levels)
+    seg = _Segments(levels)
     L = levels.size
-    valid = (np.arange(L + 1)[:, None] < np.arange(L + 1)[None, :]) & (n >= min_size)
-    cost = np.where(valid, w, np.inf)
-    scaled = np.where(valid, w / np.where(n > 0, n, 1.0), np.inf)
     kmax = max(1, min(L, levels.total // min_size))
     prev = np.full(L + 1, np.inf)
     prev[0] = 0.0
@@ -169,10 +167,15 @@ def privacy_aware_partition(levels: BudgetLevels, min_size: int) -> BudgetPartit
     back: list[np.ndarray] = []
     best: tuple[float, BudgetPartition] | None = None
     for _k in range(kmax):
-        total = prev[:, None] + cost
-        arg = np.argmin(total, axis=0)
-        cur = total[arg, np.arange(L + 1)]
-        cur_scaled = prev_scaled[arg] + scaled[arg, np.arange(L + 1)]
+        cur = np.full(L + 1, np.inf)
+        cur_scaled = np.full(L + 1, np.inf)
+        arg = np.zeros(L + 1, dtype=np.int64)
+        for e in range(1, L + 1):
+            n, w, _ = seg.column(e)  # recomputed per k: O(L) memory, not O(L²)
+            row = prev[:e] + np.where(n >= min_size, w, np.inf)
+            i = int(np.argmin(row))
+            cur[e], arg[e] = row[i], i
+            cur_scaled[e] = prev_scaled[i] + (w[i] / max(n[i], 1.0) if n[i] >= min_size else np.inf)
         back.append(arg)
         prev, prev_scaled = cur, cur_scaled
         if math.isfinite(cur[L]):
@@ -199,15 +202,14 @@ def utility_based_partition(
     """
     if min_size < 1:
         raise MechanismError(f"min_size must be >= 1, got {min_size}")
-    n, _, m = _segments(levels)
+    seg = _Segments(levels)
     L = levels.size
-    u = np.where(n >= min_size, utility(n, m), -np.inf)
-    u[np.arange(L + 1)[:, None] >= np.arange(L + 1)[None, :]] = -np.inf
     best = np.full(L + 1, -np.inf)
     best[0] = 0.0
     arg = np.zeros(L + 1, dtype=np.int64)
     for e in range(1, L + 1):
-        row = best[:e] + u[:e, e]
+        n, _, m = seg.column(e)
+        row = best[:e] + np.where(n >= min_size, utility(n, m), -np.inf)
         i = int(np.argmax(row))
         best[e], arg[e] = row[i], i
     if not math.isfinite(best[L]):
