@@ -78,6 +78,7 @@ def test_dockerfile_slim_non_root_service_entrypoint():
     cmd = json.loads(_args(final, "CMD")[-1])
     assert cmd[:2] == ["run", "--config"]
     assert _args(final, "EXPOSE") == ["8000"]
+    assert "http://127.0.0.1:8000/healthz" in _args(final, "HEALTHCHECK")[-1]  # liveness, never Kafka
     env = " ".join(_args(final, "ENV"))
     assert "DPSTREAM_SERVICE__STATE_DIR=/var/lib/dpstream" in env and "DPSTREAM_SERVICE__HTTP_HOST=0.0.0.0" in env
 

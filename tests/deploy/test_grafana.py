@@ -38,3 +38,21 @@ def test_the_check_is_not_vacuous():
     known = declared(Metrics().registry)
     assert "dpstream_releases_total" in known and "dpstream_seal_to_publish_seconds_bucket" in known
     assert names_in('rate(dpstream_release_total{job="dpstream"}[5m])') - known == {"dpstream_release_total"}
+
+
+def test_grouping_labels_exist_on_the_metrics_queried():
+    """``sum by (kind)`` over a metric without a ``kind`` label draws one anonymous line: catch it."""
+    import re
+
+    m = Metrics()
+    m.consumer_lag.labels("0").set(0)
+    labels: dict[str, set[str]] = {}
+    for fam in m.registry.collect():
+        for s in fam.samples:
+            labels.setdefault(s.name, set()).update(s.labels)
+    for path in DASHBOARDS:
+        for expr in dashboard_exprs(path):
+            for group in re.findall(r"\bby \(([^)]*)\)", expr):
+                have = set().union(*(labels.get(n, set()) for n in names_in(expr))) | {"le", "job", "instance"}
+                for label in (g.strip() for g in group.split(",")):
+                    assert label in have, f"{path.name}: groups by {label!r} in {expr}"
