@@ -442,7 +442,7 @@ def test_person_from_record_key_is_refused_for_csv_input(tmp_path, cli, capsys):
 
 
 def test_cli_recommend_ranks_every_runnable_candidate(tmp_path, cli, capsys):
-    from controller.method import METHODS
+    from controller.method import METHODS, W_EVENT_METHODS
 
     cfg = _write_config(tmp_path / "c.yaml", _config(horizon=6, cutoff=2))
     ev = _events_csv(tmp_path / "e.csv", _good_rows())
@@ -452,8 +452,9 @@ def test_cli_recommend_ranks_every_runnable_candidate(tmp_path, cli, capsys):
     text = capsys.readouterr().out
     result = json.loads(out.read_text())
     ranked = result["recommendation"]["ranking"]
-    # every method of the registry this (user-level) config can run, in three variants; bd/ba cannot
-    runnable = [m for m in METHODS if m not in ("bd", "ba")]
+    # every method of the registry this (user-level) config can run, in three variants; the w-event
+    # mechanisms cannot
+    runnable = [m for m in METHODS if m not in W_EVENT_METHODS]
     assert sorted(ranked) == sorted(m + v for m in runnable for v in ("", "+nonnegative", "+kalman"))
     maes = [result["methods"][n]["mae"] for n in ranked]
     assert maes == sorted(maes)
