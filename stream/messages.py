@@ -12,7 +12,8 @@ Number formatting (deterministic):
   (``numpy.round``; ``-0.0`` is written ``0.0``).
 * ``accuracy.half_width`` is one number when every bin has the same width,
   else a list in bin order; an infinite width (the all-zero placeholder
-  before the first fresh release) is ``null``. Rounded to 6 decimals.
+  before the first fresh release; PeGaSus's group means and FAST_w's
+  filtered counts, which claim no interval) is ``null``. Rounded to 6 decimals.
 * ε values are given twice: a float for convenience and the exact fraction
   as a string (``"1/3"``); budget checks use the exact one.
 
