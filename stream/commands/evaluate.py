@@ -52,7 +52,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Window the input once into true per-timestep histograms (the service's reader, windowing "
             "and contribution bounding), run each method's release engine --runs times with seeded noise "
-            "(run r uses seed+r, so 'dpstream replay --seed seed+r' reproduces it), and report per method "
+            "(run r uses seed+r, so 'dpstream replay --seed seed+r' reproduces it; for uniform and fixed only "
+            "run 0 is stepped, the other runs reuse its decisions and ε and draw their noise in one pass), "
+            "and report per method "
             "the mean absolute/relative error per bin, the error of --queries random range-count queries, "
             "fresh releases and the epsilon spent, each with a 95% confidence interval over the runs."
         ),

@@ -105,14 +105,10 @@ def run(args: argparse.Namespace) -> int:
               "--population 1000", file=sys.stderr)
         return 2
 
-    bar = None
-    if args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty()):
-        try:
-            from tqdm import tqdm
+    from stream.lab.progress import progress_bar
 
-            bar = tqdm(total=args.timesteps, desc=f"generate {args.kind}", unit="timestep", file=sys.stderr, leave=False)
-        except ImportError:
-            bar = None
+    bar = progress_bar(args.timesteps, {"auto": None, "on": True, "off": False}[args.progress],
+                       f"generate {args.kind}", unit="timestep")
     try:
         report = generate(
             args.kind,

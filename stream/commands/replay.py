@@ -61,6 +61,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         "bounded); windowing is skipped")
     p.add_argument("--block-size", type=_block_mib, default=16 << 20, metavar="MiB",
                    help="CSV block size in MiB (default 16)")
+    p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                   help="progress bar on stderr (auto: only on a terminal)")
     p.add_argument("--summary-json", metavar="FILE", default=None,
                    help="also write the summary as JSON to FILE ('-' for stdout)")
     p.set_defaults(handler=run, func=run)
@@ -93,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"dpstream replay: warning: {diagnosis.message()}", file=sys.stderr)
     try:
         summary = replay(settings, args.input, args.output, counts=args.counts, strict=args.strict,
-                         block_size=args.block_size)
+                         block_size=args.block_size,
+                         progress={"auto": None, "on": True, "off": False}[getattr(args, "progress", "off")])
     except (CsvError, ReplayError) as exc:
         _err(str(exc))
         return EXIT_USAGE

@@ -44,7 +44,6 @@ entries have ``null`` ε (they are not private).
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -470,16 +469,10 @@ def _estimate_rows(path: Path) -> int:
 
 
 def _progress(total: int, enabled: bool | None, desc: str, unit: str = "step") -> Any:
-    if enabled is False or total <= 0:
-        return None
-    if enabled is None and not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, file=sys.stderr, leave=False,
-                dynamic_ncols=True)
+    """A progress bar on stderr: on a terminal (``enabled=None``) or when asked; quiet otherwise."""
+    from stream.lab.progress import progress_bar
+
+    return progress_bar(total, enabled, desc, unit)
 
 
 def _jobs(jobs: int | None, methods: int) -> int:

@@ -179,8 +179,11 @@ def replay(
     strict: bool = False,
     block_size: int = DEFAULT_BLOCK_SIZE,
     on_release: Callable[[SealedRelease], None] | None = None,
+    progress: bool | None = False,
 ) -> ReplaySummary:
     """Replay ``input_path`` and write the messages to ``output_path`` (None: do not write).
+
+    ``progress``: a bar of rows read on stderr (None: only on a terminal).
 
     Raises:
         stream.ingest.csvio.CsvError: the file cannot be read, or its header lacks configured columns.
@@ -214,7 +217,15 @@ def replay(
             reader = EventCsvReader(inp, settings, block_size=block_size)
             frontier = -math.inf
             summary.unknown_columns = list(reader.unknown_columns)
+            bar = None
+            if progress is not False:
+                from stream.lab.evaluate import _estimate_rows
+                from stream.lab.progress import progress_bar
+
+                bar = progress_bar(_estimate_rows(inp), progress, "replay", unit="row")
             for block in reader:
+                if bar is not None:
+                    bar.update(len(block.batch) + len(block.rejections))
                 if strict and len(block.rejections):
                     raise _strict_error(inp, block.rejections)
                 summary.note(block.rejections)
@@ -230,6 +241,8 @@ def replay(
                     if arrival.size:
                         frontier = float(arrival[-1])
                     emit(pipe.seal(record_frontier=frontier))
+            if bar is not None:
+                bar.close()
             emit(pipe.seal(final=True, record_frontier=math.inf if reader.arrival_col else -math.inf))
             summary.accepted = pipe.stats.events_accepted
         out.commit()

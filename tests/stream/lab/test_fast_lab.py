@@ -114,3 +114,28 @@ def test_smoothed_fast_path_matches_the_engine_step_path(smoother):
     assert fast[0].metrics == slow[0].metrics
     for key in ("mae", "query_abs_error"):
         assert _equivalent([t.metrics for t in fast[1:]], [t.metrics for t in slow[1:]], key), key
+
+
+def test_progress_bar_only_on_a_terminal_or_when_asked():
+    import io
+
+    from stream.lab.progress import progress_bar
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert progress_bar(10, None, "x", file=io.StringIO()) is None  # not a terminal: quiet
+    assert progress_bar(10, False, "x", file=Tty()) is None
+    out = Tty()
+    bar = progress_bar(10, None, "evaluate", unit="timestep", file=out)
+    assert bar is not None
+    bar.update(10)
+    assert "evaluate" in out.getvalue() and "100%" in out.getvalue() and "10/10 timestep" in out.getvalue()
+    bar.close()
+    assert out.getvalue().endswith("\r")
+    forced = io.StringIO()
+    bar = progress_bar(4, True, "read", file=forced)
+    bar.update(2)
+    bar.close()
+    assert "2/4" in forced.getvalue()

@@ -199,3 +199,12 @@ def test_help_lists_the_commands(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     assert exc.value.code == 0 and "replay" in capsys.readouterr().out
+
+
+def test_replay_progress_bar_when_asked_and_quiet_otherwise(files, tmp_path, capsys):
+    cfg, inp, _, _ = files
+    base = ["replay", "--config", cfg, "--input", inp, "--output", tmp_path / "r.jsonl", "--seed", 3]
+    code, err = run([*base, "--progress", "on"], capsys)
+    assert code == 0 and "replay [" in err and "row" in err
+    code, err = run(base, capsys)  # auto, and stderr is not a terminal under pytest
+    assert code == 0 and "replay [" not in err
