@@ -689,12 +689,13 @@ def _error_line(err: Any) -> str:
         env = ENV_PREFIX + "__".join(p.upper() for p in parts)
         return f"{where}: required but not set; add it to the file (or set {env})"
     shown = None if where in SECRET_SETTINGS or "password" in where else _shown(err.get("input"))
-    value = f" = {shown}" if shown is not None and not msg.startswith(shown) else ""
     fix = _FIXES.get(kind)
     msg = msg.replace("Input should be", "must be")
     if kind.startswith(("greater", "less")):
         fix = None
-    return f"{where}{value}: {msg}" + (f"; {fix}" if fix and fix not in msg else "")
+    if shown is not None and shown not in msg:
+        msg = f"{msg} (got {shown})"
+    return f"{where}: {msg}" + (f"; {fix}" if fix and fix not in msg else "")
 
 
 def error_lines(exc: ValidationError) -> list[str]:
@@ -802,7 +803,7 @@ def missing_files(settings: Settings) -> list[str]:
         if value is None:
             continue
         if not Path(value).is_file():
-            lines.append(f"{dotted} = {value!r}: no such file; mount or copy it there, or correct the path")
+            lines.append(f"{dotted}: no such file {value!r}; mount or copy it there, or correct the path")
         elif not os.access(value, os.R_OK):
-            lines.append(f"{dotted} = {value!r}: the file is not readable by this user; fix its permissions")
+            lines.append(f"{dotted}: {value!r} is not readable by this user; fix its permissions")
     return lines

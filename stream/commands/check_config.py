@@ -37,6 +37,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def summary(settings: Any) -> str:
     """One line: stream id, method and mechanism, the privacy promise (ε exact), domain and topics."""
+    from stream.config import format_duration
+
     p, r, k = settings.privacy, settings.release, settings.kafka
     domain = settings.domain()
     shape = "x".join(str(n) for n in domain.shape)
@@ -46,7 +48,7 @@ def summary(settings: Any) -> str:
     else:
         promise = f"w-event ε={p.epsilon} per {p.w} timesteps"
     return (f"ok: stream {settings.stream.id}: {r.decision} + {r.mechanism}, {promise} (cutoff {p.cutoff}), "
-            f"timestep {int(settings.stream.timestep.total_seconds())}s, domain {domain.size} bins "
+            f"timestep {format_duration(settings.stream.timestep)}, domain {domain.size} bins "
             f"({names}: {shape}), {k.input_topic} -> {k.output_topic}, fingerprint {settings.fingerprint()[:12]}")
 
 

@@ -162,7 +162,7 @@ class HttpServer:
         except (OSError, OverflowError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             raise ListenError(
-                f"{setting} = {port}: cannot listen on {host}:{port} ({reason}); stop the process using it "
+                f"{setting}: cannot listen on {host}:{port} ({reason}); stop the process using it "
                 f"or set {setting} to a free port (0 picks any free port)") from None
         self.host = host
         self.port = int(self._server.server_port)
