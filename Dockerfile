@@ -28,7 +28,7 @@ ENV PYTHONUNBUFFERED=1 \
 USER 10001:10001
 WORKDIR /var/lib/dpstream
 VOLUME ["/var/lib/dpstream"]
-EXPOSE 8000
+EXPOSE 8000 8080
 # liveness only (never depends on Kafka); readiness is /readyz
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4); sys.exit(0)"]

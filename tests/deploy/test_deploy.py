@@ -77,7 +77,7 @@ def test_dockerfile_slim_non_root_service_entrypoint():
     assert entry == ["dpstream"] and "dpstream" in scripts  # exec form: SIGTERM reaches the service
     cmd = json.loads(_args(final, "CMD")[-1])
     assert cmd[:2] == ["run", "--config"]
-    assert _args(final, "EXPOSE") == ["8000"]
+    assert _args(final, "EXPOSE")[-1].split() == ["8000", "8080"]  # operator port, public port (live page, release API)
     assert "http://127.0.0.1:8000/healthz" in _args(final, "HEALTHCHECK")[-1]  # liveness, never Kafka
     env = " ".join(_args(final, "ENV"))
     assert "DPSTREAM_SERVICE__STATE_DIR=/var/lib/dpstream" in env and "DPSTREAM_SERVICE__HTTP_HOST=0.0.0.0" in env
@@ -208,6 +208,9 @@ def test_compose_dpstream_config_matches_kafka_topics_and_prometheus(tmp_path):
     # the service's port, Docker's EXPOSE, the published port and the scrape target agree
     assert settings.service.http_port == 8000
     assert any(p.split(":")[-1] == "8000" for p in svc["ports"])
+    # the public port (live page, release API) is published too, and on all interfaces in the container
+    assert settings.service.public_port == 8080 and settings.service.public_host == "0.0.0.0"
+    assert any(p.split("#")[0].strip().split(":")[-1] == "8080" for p in svc["ports"])
     prom = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
     assert prom["scrape_configs"][0]["static_configs"][0]["targets"] == [f"dpstream:{settings.service.http_port}"]
     # state_dir is the journal volume, owned by the image's user
@@ -304,7 +307,7 @@ def test_k8s_mounts_the_config_the_ca_and_the_journal_where_the_config_points(tm
     secret_env = _k8s("Secret", container["envFrom"][0]["secretRef"]["name"])["stringData"]
     assert "DPSTREAM_KAFKA__SASL_PLAIN_PASSWORD" in secret_env and settings.kafka.sasl_plain_username
     # ports, users, probes, single writer
-    assert [p["containerPort"] for p in container["ports"]] == [settings.service.http_port]
+    assert [p["containerPort"] for p in container["ports"]] == [settings.service.http_port, settings.service.public_port]
     assert str(pod["securityContext"]["runAsUser"]) == _docker_uid() and pod["securityContext"]["runAsNonRoot"]
     assert container["securityContext"]["readOnlyRootFilesystem"] and "/tmp" in mounts
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -325,3 +328,21 @@ def test_shell_scripts_parse():
     for script in (DEPLOY / "create-topics.sh", DEPLOY / "acls.sh", ROOT / ".ci" / "run"):
         out = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)  # noqa: S603, S607
         assert out.returncode == 0, f"{script}: {out.stderr}"
+
+
+def test_k8s_public_service_reaches_the_public_port_only(tmp_path):
+    """Dashboard users reach the live page and release API; /metrics stays on the operator port."""
+    cm = _k8s("ConfigMap")
+    path = tmp_path / "config.yaml"
+    path.write_text(cm["data"]["config.yaml"])
+    service = load_settings(path).service
+    assert service.public_port is not None and service.public_port != service.http_port
+    assert service.public_host == "0.0.0.0"  # reachable from the pod network
+    pod = _k8s("StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in pod["ports"]}
+    assert ports == {"http": service.http_port, "public": service.public_port}
+    docs = [d for d in yaml.safe_load_all((K8S / "dpstream.yaml").read_text()) if d and d["kind"] == "Service"]
+    public = [d for d in docs if any(p["targetPort"] == "public" for p in d["spec"]["ports"])]
+    assert len(public) == 1 and [p["targetPort"] for p in public[0]["spec"]["ports"]] == ["public"]
+    assert public[0]["spec"]["selector"] == _k8s("StatefulSet")["spec"]["selector"]["matchLabels"]
+
