@@ -41,7 +41,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from stream.config import ConfigError, load_settings, missing_files
 
-    if args.check:
+    if getattr(args, "check", False):  # programmatic callers (tests) pass a Namespace without it
         from stream.commands.check_config import check
 
         return check(args.config, check_files=True)
