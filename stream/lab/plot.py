@@ -77,7 +77,7 @@ def plot_methods(result: Mapping[str, Any], path: str | Path, *, title: str | No
         vals = [methods[n].get(key) for n in names]
         shown = [v if v is not None else 0.0 for v in vals]
         errs = [_err(methods[n].get(key), methods[n].get(f"{key}_ci")) for n in names]
-        ax.bar(
+        bars = ax.bar(
             range(len(names)),
             shown,
             yerr=[[e[0] for e in errs], [e[1] for e in errs]],
@@ -87,19 +87,31 @@ def plot_methods(result: Mapping[str, Any], path: str | Path, *, title: str | No
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
         ax.set_title(label, fontsize=10)
         refs = result.get("references", {})
+        # the axis fits the methods' bars (and their intervals), not the references: a zero-release
+        # line far above them would squash every bar to the floor; an off-scale reference is named
+        # in the corner with its value instead
+        top = max((v + e[1] for v, e in zip(shown, errs, strict=True)), default=0.0) * 1.45
+        if top > 0:
+            ax.set_ylim(0, top)  # headroom for the bar labels and the off-scale note
+        off_scale = []
         for ref, style in (("zero-release", "-"), ("previous-true", ":")):
             value = refs.get(ref, {}).get(key) if key != "fresh_releases" else None
-            if value is not None and value > 0:  # a line per reference: bars above "zero-release" lose to nothing
-                ax.axhline(value, color="#444444", linestyle=style, linewidth=1,
-                           label=ref + ("" if refs[ref].get("private") else " (non-private)"))
-        if key == "mae" and refs:
-            ax.legend(fontsize=7, loc="best")
+            name = ref + ("" if refs.get(ref, {}).get("private") else " (non-private)")
+            if value is not None and value > 0 and top > 0 and value > top:
+                off_scale.append(f"{name}: {value:.3g} (above the axis)")
+            elif value is not None and value > 0:  # a line per reference: bars above "zero-release" lose to nothing
+                ax.axhline(value, color="#444444", linestyle=style, linewidth=1, label=name)
+        if off_scale:  # under the panel's title, so it never covers a bar or the legend
+            ax.set_title(f"{label}\n{'; '.join(off_scale)}", fontsize=9)
+        if key == "mae" and ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper left")
         positive = [v for v in shown if v > 0]
         # a log axis as soon as the bars differ by more than 3x (with the zero-release line on a linear
         # axis the methods' bars are often too short to tell apart), and every bar labelled with its value
         if key != "fresh_releases" and positive and max(positive) / min(positive) > 3:
             ax.set_yscale("log")
-        ax.bar_label(ax.containers[0], labels=[f"{v:.3g}" if v else "" for v in shown], fontsize=7)
+            ax.set_ylim(min(positive) / 2, max(top, max(positive)) * 2)
+        ax.bar_label(bars, labels=[f"{v:.3g}" if v else "" for v in shown], fontsize=7)
     sub = f"{result.get('timesteps')} timesteps, {result.get('bins')} bins, {result.get('runs')} runs"
     fig.suptitle(f"{title} ({sub})" if title else sub, fontsize=11)
     fig.tight_layout()
