@@ -39,6 +39,9 @@ import numpy as np
 from controller.accountant import Accountant, WindowAccountant
 from controller.errors import ConfigurationError, StateError
 from controller.policies.base import REPUBLISH, Decision, DecisionContext, fresh
+from controller.policies.baselines import (
+    _Stateless,  # the no-memory state handling Uniform and Fixed share
+)
 from controller.step import decode_array, encode_array
 from controller.units import WEvent
 from histogram.mechanism import NoisyHistogram
@@ -52,7 +55,7 @@ def _require_w_event(unit: object, name: str) -> None:
 
 
 @dataclass(frozen=True)
-class SamplePolicy:
+class SamplePolicy(_Stateless):
     """Sample: ε at timesteps ``0, w, 2w, …``; republish in between.
 
     Attributes:
@@ -71,27 +74,12 @@ class SamplePolicy:
         """ε of each sampled release: the whole window budget."""
         return self.unit.epsilon
 
-    def new_accountant(self) -> Accountant:
-        return WindowAccountant(self.unit.epsilon, self.unit.w)
-
-    def reset(self) -> None:
-        return None
-
     def decide(self, state: None, ctx: DecisionContext) -> tuple[Decision, None]:
         if ctx.timestep % self.unit.w != 0:
             return REPUBLISH, None
         if not ctx.accountant.can_spend(ctx.timestep, self.per_release):
             return REPUBLISH, None  # cannot happen with a fresh ledger; never overspend if it does
         return fresh(self.per_release, "sample"), None
-
-    def on_fresh(self, state: None, timestep: int) -> None:
-        return None
-
-    def state_to_json(self, state: None) -> dict[str, Any]:
-        return {}
-
-    def state_from_json(self, data: dict[str, Any]) -> None:
-        return None
 
     def describe(self) -> dict[str, Any]:
         return {"decision": self.name, "interval": self.unit.w, "per_release_epsilon": str(self.per_release)}
