@@ -242,10 +242,6 @@ def start_public(settings: Any, domain: Callable[[], bytes | None]) -> tuple[Rel
     if svc.public_port is None:
         return None, None
     feed = ReleaseFeed(svc.public_history, svc.public_history_bytes)
-    try:
-        server = HttpServer(make_public_app(feed, domain), svc.public_host, svc.public_port)
-    except OSError as exc:
-        raise OSError(exc.errno, f"cannot open the public port {svc.public_host}:{svc.public_port} "
-                                 f"(service.public_port): {exc.strerror or exc}; choose a free port or "
-                                 "stop what holds it") from exc
+    # a port in use: ListenError naming service.public_port (the CLI exits 2 with that one line)
+    server = HttpServer(make_public_app(feed, domain), svc.public_host, svc.public_port, setting="service.public_port")
     return feed, server.start()

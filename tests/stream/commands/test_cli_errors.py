@@ -141,16 +141,18 @@ def test_mistake_is_one_line_exit_2(tmp_path, name, config, argv, env, needles):
     assert not (tmp_path / "state").exists(), "a refused configuration must create nothing"
 
 
-def test_port_in_use_at_start_up(tmp_path):
+@pytest.mark.parametrize("setting", ["http_port", "public_port"])
+def test_port_in_use_at_start_up(tmp_path, setting):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        cfg = _config(tmp_path, replace=("state_dir:", f"http_port: {port}, state_dir:"))
+        others = "" if setting == "http_port" else "http_port: 0, "
+        cfg = _config(tmp_path, replace=("state_dir:", f"{others}{setting}: {port}, state_dir:"))
         result = dpstream("run", "-c", cfg)
     line = _one_line(result)
     assert result.returncode == 2
-    assert f"service.http_port: cannot listen on 127.0.0.1:{port}" in line and "in use" in line and "free port" in line, line
+    assert f"service.{setting}: cannot listen on 127.0.0.1:{port}" in line and "in use" in line and "free port" in line, line
 
 
 @pytest.mark.parametrize("argv", [["check-config", "{cfg}"], ["run", "-c", "{cfg}"],
