@@ -11,7 +11,7 @@ start-up), never from the sensitive attributes the histogram counts. If ε_i
 were a function of a sensitive value, publishing a release whose noise or
 inclusion depends on ε_i would leak that value (thesis §5.1: "the value of the
 privacy budget should not be correlated with any sensitive information, which
-would make it also sensitive"); ``docs/privacy.md`` §11 has the argument.
+would make it also sensitive"); ``docs/privacy.md`` §12 has the argument.
 Persons without a consent entry get the stream's default ε.
 
 Budgets are exact :class:`~fractions.Fraction` values (units: ε, nats of
