@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from pathlib import Path
@@ -35,6 +36,7 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
@@ -454,6 +456,33 @@ class ServiceSection(_Section):
         return v
 
 
+class _EnvSource(EnvSettingsSource):
+    """``DPSTREAM_<SECTION>__<NAME>`` overrides, the ``schema`` section included.
+
+    ``schema`` is an aliased field (its name would shadow ``BaseModel.schema``), and pydantic-settings
+    reads an aliased field from the bare alias (``SCHEMA__USER_ID``, without our prefix) and returns
+    it under the field's name, where it collides with the YAML's ``schema`` section. This source reads
+    ``DPSTREAM_SCHEMA__*`` like every other section, never the bare names, and returns ``schema``.
+    """
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        env = dict(super()._load_env_vars())  # case-insensitive: the keys are lower case
+        prefixed = ENV_PREFIX.lower() + "schema"
+        bare = {k for k in env if k == "schema" or k.startswith("schema__")}
+        for k in bare:
+            del env[k]
+        for k, v in list(env.items()):
+            if k == prefixed or k.startswith(prefixed + "__"):
+                env[k[len(ENV_PREFIX):]] = v
+        return env
+
+    def __call__(self) -> dict[str, Any]:
+        data = super().__call__()
+        if "schema_" in data:
+            data["schema"] = data.pop("schema_")
+        return data
+
+
 class Settings(BaseSettings):
     """The whole configuration. Build with :func:`load_settings`."""
 
@@ -483,7 +512,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _EnvSource(settings_cls)]
         if settings_cls.model_config.get("yaml_file"):
             sources.append(YamlConfigSettingsSource(settings_cls))
         return tuple(sources)

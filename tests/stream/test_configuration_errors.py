@@ -128,3 +128,39 @@ def test_no_hidden_global_state_in_imports():
     code = "import histogram, controller, stream.config; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ}, check=True)
     assert out.stdout.strip() == "ok"
+
+
+_ENV_YAML = textwrap.dedent(
+    """\
+    stream: {id: t, timestep: 1h}
+    schema:
+      attributes:
+        - {name: x, kind: numeric, min: 0, max: 10, bins: 10}
+    privacy: {unit: user-level, epsilon: 1, horizon: 10, cutoff: 2, population: 100}
+    """
+)
+
+
+def test_schema_section_takes_prefixed_environment_overrides_like_every_section(tmp_path, monkeypatch):
+    """``DPSTREAM_SCHEMA__*`` works (the error messages suggest it); the bare ``SCHEMA__*`` never does.
+
+    ``schema`` is an aliased field; pydantic-settings alone read it from the unprefixed alias and
+    clashed with the YAML section, so ``DPSTREAM_SCHEMA__USER_ID`` was silently ignored.
+    """
+    from stream.config import load_settings
+
+    path = tmp_path / "c.yaml"
+    path.write_text(_ENV_YAML)
+    for k in [k for k in os.environ if k.startswith("DPSTREAM_") or k.upper().startswith("SCHEMA")]:
+        monkeypatch.delenv(k)
+    assert load_settings(path).schema.user_id == "user_id"
+    monkeypatch.setenv("DPSTREAM_SCHEMA__USER_ID", "pid")
+    monkeypatch.setenv("DPSTREAM_SERVICE__HTTP_PORT", "8123")
+    s = load_settings(path)
+    assert (s.schema.user_id, s.service.http_port, [a.name for a in s.schema.attributes]) == ("pid", 8123, ["x"])
+    monkeypatch.setenv("DPSTREAM_SCHEMA__ATTRIBUTES", '[{"name": "y", "kind": "numeric", "min": 0, "max": 5, "bins": 5}]')
+    assert [a.name for a in load_settings(path).schema.attributes] == ["y"]
+    monkeypatch.delenv("DPSTREAM_SCHEMA__USER_ID")
+    monkeypatch.delenv("DPSTREAM_SCHEMA__ATTRIBUTES")
+    monkeypatch.setenv("SCHEMA__USER_ID", "bare")  # not our prefix: ignored, not an error
+    assert load_settings(path).schema.user_id == "user_id"
