@@ -817,9 +817,8 @@ def run_service(
                                    settings.service.http_port).start() if http else None
 
         def started(worker: Any, _server: Any) -> None:
-            nonlocal probe  # a worker's partitions move with the group: probe partition 0 of the input
-            probe = BrokerProbe(settings.kafka, lambda: [TopicPartition(settings.kafka.input_topic, 0)],
-                                health=health, metrics=metrics).start()
+            nonlocal probe  # a worker's partitions move with the group: probe the ones it owns now
+            probe = BrokerProbe(settings.kafka, worker.probe_partitions, health=health, metrics=metrics).start()
             if on_started is not None:
                 on_started(worker, worker_server)
 

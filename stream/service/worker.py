@@ -89,6 +89,14 @@ class Worker:
         self._last = time.monotonic()
         self._dirty = False
 
+    def probe_partitions(self) -> list[TopicPartition]:
+        """The input partitions the broker probe (:mod:`stream.service.probe`) asks about: the
+        ones this worker owns now, so a lost leader of any of them marks it not ready; partition
+        0 while it owns none (between rebalances), so the probe still sees the cluster. Called
+        from the probe's thread: ``sorted`` copies the set in one C call, atomic under the GIL."""
+        owned = sorted(self.owned)
+        return [TopicPartition(self.topic, p) for p in owned] or [TopicPartition(self.topic, 0)]
+
     # -- group membership ------------------------------------------------------------
     def revoked(self, parts: set[int]) -> None:
         """Partitions leaving this worker: what was read from them and not yet committed is
