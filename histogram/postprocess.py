@@ -65,7 +65,7 @@ STATEFUL: frozenset[str] = frozenset({"kalman", "ewma"})
 
 #: ``q``: the smoothers' process sd per timestep as a share of a bin's even share of the
 #: declared population (``docs/results.md`` "Temporal smoothing" says how it was chosen).
-PROCESS_SHARE = 0.1
+PROCESS_SHARE = 0.2
 
 _STATE_VERSION = 1
 
@@ -219,8 +219,9 @@ class PostProcessor:
 
     @classmethod
     def for_stream(cls, chain: str | Iterable[str], *, population: int | None, bins: int,
-                   contribution_bound: int = 1, share: float = PROCESS_SHARE) -> PostProcessor:
-        """The chain with ``process_sd = share · k · n / bins`` (all public).
+                   contribution_bound: int = 1, share: float | None = None) -> PostProcessor:
+        """The chain with ``process_sd = share · k · n / bins`` (all public; ``share`` defaults to
+        :data:`PROCESS_SHARE`).
 
         Raises:
             ValueError: a smoother without a declared population.
@@ -230,7 +231,7 @@ class PostProcessor:
             raise ValueError(f"release.postprocess {chain_text(steps)} needs privacy.population (the declared, "
                              "public population sets how fast the smoother lets a count move); declare it")
         per_bin = contribution_bound * (population or bins) / max(1, bins)
-        return cls(steps, max(share * per_bin, 1e-6))
+        return cls(steps, max((PROCESS_SHARE if share is None else share) * per_bin, 1e-6))
 
     @property
     def text(self) -> str:

@@ -311,7 +311,7 @@ def run_method(
 #: Methods whose decisions read neither the data nor the noise (thesis §4.1.4: they "spend only on
 #: publications"): every run makes the same decisions and spends the same ε, so the runs can share
 #: one engine run's schedule and draw their noise in one array pass (:func:`run_fast`).
-DATA_INDEPENDENT: frozenset[str] = frozenset({"uniform", "fixed"})
+DATA_INDEPENDENT: frozenset[str] = frozenset({"uniform", "fixed", "sample"})
 
 
 def fast_eligible(settings: Settings) -> bool:

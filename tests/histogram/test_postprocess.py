@@ -5,13 +5,13 @@ bit from a JSON snapshot; unknown names and bad chains are refused."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import json
-import math
 
 from histogram.postprocess import (
     POSTPROCESSORS,
@@ -57,7 +57,7 @@ def test_chains_parse_and_bad_ones_are_refused() -> None:
         postprocess("kalman", np.zeros(3))
     with pytest.raises(ValueError, match="needs privacy.population"):
         PostProcessor.for_stream("kalman", population=None, bins=4)
-    assert PostProcessor.for_stream("ewma", population=1000, bins=4, contribution_bound=2).process_sd == 50.0
+    assert PostProcessor.for_stream("ewma", population=1000, bins=4, contribution_bound=2, share=0.1).process_sd == 50.0
 
 
 @given(values=st.lists(st.floats(-1e4, 1e4, allow_nan=False), min_size=1, max_size=40))

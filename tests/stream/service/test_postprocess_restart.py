@@ -8,7 +8,7 @@ service runs for real (``Service.start()``/``run()``, the real journal in ``tmp_
 compaction after every checkpoint in one variant) with Kafka faked in process and seeded noise.
 A restart that loses the filter state (the broken variant) is caught; a snapshot without it is
 refused. The same property through the embedded broker with kill -9s is in
-``tests/stream/service/test_service_crash.py::test_smoothed_releases_survive_kills_byte_for_byte``.
+``tests/stream/service/test_service_crash.py::test_smoothed_releases_survive_a_stop_and_a_kill_byte_for_byte``.
 """
 
 from __future__ import annotations
