@@ -53,6 +53,7 @@ from histogram.exact import to_fraction
 from histogram.lpa import LaplaceMechanism
 from histogram.mechanism import Mechanism
 from histogram.noise import Randomness
+from histogram.postprocess import STATEFUL, PostProcessor, chain_text, parse_chain
 
 __all__ = [
     "ConfigError", "Settings", "load_settings", "missing_files", "parse_duration", "format_duration",
@@ -281,8 +282,10 @@ class ReleaseSection(_Section):
     svt_split: Literal["lyu", "even"] = "lyu"
     burn_in: int = Field(default=0, ge=0)
     noise_floor: bool = False
-    #: free post-processing of the published counts (:mod:`histogram.postprocess`); no ε
-    postprocess: Literal["none", "nonnegative"] = "none"
+    #: free post-processing of the published counts (:mod:`histogram.postprocess`; no ε): a chain
+    #: of ``nonnegative``, ``integer``, ``kalman``/``ewma`` applied left to right, written
+    #: ``kalman+nonnegative`` or as a list; stored in that canonical text (``none``: as drawn)
+    postprocess: str = "none"
     pid: PIDSection = Field(default_factory=PIDSection)
     confidence: float = 0.95
     psd: dict[str, Any] = Field(default_factory=dict)
@@ -300,6 +303,26 @@ class ReleaseSection(_Section):
         if not 0 < v < 1:
             raise ValueError("release.confidence must lie strictly between 0 and 1")
         return v
+
+    @field_validator("postprocess", mode="before")
+    @classmethod
+    def _postprocess(cls, v: object) -> str:
+        if not isinstance(v, str | list | tuple):
+            raise ValueError("release.postprocess is a chain like kalman+nonnegative (or a list of steps)")
+        try:
+            return chain_text(parse_chain(v))  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise ValueError(f"release.postprocess: {exc}") from None
+
+    @model_validator(mode="after")
+    def _smoother_needs_intervals(self) -> ReleaseSection:
+        smoothers = [s for s in parse_chain(self.postprocess) if s in STATEFUL]
+        if smoothers and self.decision in ("fast", "pegasus"):
+            raise ValueError(
+                f"release.postprocess {smoothers[0]} smooths releases by their published noise, but "
+                f"release.decision {self.decision} already publishes filtered counts with no interval: "
+                "drop the smoother, or choose another decision method")
+        return self
 
 
 class RandomnessSection(_Section):
@@ -615,6 +638,19 @@ class Settings(BaseSettings):
         """Decision policy + mechanism, ready to step."""
         return build_engine(self.method_spec(), self.mechanism(), self.domain().size)
 
+    def postprocessor(self) -> PostProcessor:
+        """``release.postprocess`` with its public parameters (:mod:`histogram.postprocess`).
+
+        Raises:
+            ConfigurationError: a smoother without ``privacy.population``.
+        """
+        try:
+            return PostProcessor.for_stream(self.release.postprocess, population=self.privacy.population,
+                                            bins=self.domain().size,
+                                            contribution_bound=self.privacy.contribution_bound)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+
     def noise_source(self) -> Randomness:
         """Secure randomness, or seeded when (and only when) the config allows it."""
         seed = self.randomness.seed
@@ -648,6 +684,7 @@ class Settings(BaseSettings):
             self.domain()
             self.method_spec()
             self.engine()
+            self.postprocessor()
         except (ConfigurationError, HistogramError) as exc:
             raise ConfigError(f"invalid configuration: {exc}") from exc
         return self

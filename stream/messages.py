@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
 
 from controller.step import Release
-from histogram.postprocess import postprocess
+from histogram.postprocess import Processed
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -58,6 +58,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+#: release messages that say ``method.postprocess`` carry schema version 2 (a superset of 1)
+SCHEMA_VERSION_POSTPROCESS = 2
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 DECIMALS = 6
 _HEX64 = r"^[0-9a-f]{64}$"
@@ -77,11 +79,19 @@ class TimestepInfo(_Model):
 
 
 class MethodInfo(_Model):
-    """How the release was made."""
+    """How the release was made.
+
+    ``postprocess`` (schema version 2): the post-processing steps applied to the released counts,
+    in order (``release.postprocess``: nonnegative, integer, kalman, ewma; ``docs/privacy.md``
+    §2.3.1); absent when the counts are published as the mechanism drew them (version 1).
+    """
 
     decision: str
     mechanism: Literal["lpa", "psd"]
     unit: Literal["user-level", "w-event"]
+    postprocess: list[Literal["nonnegative", "integer", "kalman", "ewma"]] | None = Field(
+        default=None, description="post-processing applied to the counts, in order (schema version 2); "
+                                  "absent: none")
 
 
 class Accuracy(_Model):
@@ -93,7 +103,10 @@ class Accuracy(_Model):
     count says nothing about change since then. ``epsilon`` is the ε that
     fresh release cost. Before any fresh release the counts are an all-zero
     placeholder: ``half_width`` null, ``confidence`` 0, ``source_timestep``
-    null.
+    null. After post-processing (``method.postprocess``) the width is the
+    post-processed counts' own: unchanged by ``nonnegative``, one more after
+    ``integer``, null (no interval claimed) after ``kalman`` or ``ewma``,
+    whose counts combine every release up to ``source_timestep``.
     """
 
     confidence: float = Field(ge=0, lt=1)
@@ -107,7 +120,8 @@ class ReleaseMessage(_Model):
     """One timestep's release (the value of one record on the output topic; key = stream id)."""
 
     message_type: Literal["release"] = "release"
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1, 2] = Field(
+        default=SCHEMA_VERSION, description="1; 2 when method.postprocess is present (the only change)")
     stream: str
     release_id: str = Field(pattern=_HEX64)
     timestep: TimestepInfo
@@ -131,6 +145,12 @@ class ReleaseMessage(_Model):
     details: dict[str, Any] | None = Field(
         default=None, description="mechanism extras of a fresh release (PSD: the released tree); absent otherwise"
     )
+
+    @model_validator(mode="after")
+    def _version(self) -> ReleaseMessage:
+        if (self.method.postprocess is not None) != (self.schema_version == SCHEMA_VERSION_POSTPROCESS):
+            raise ValueError("schema_version 2 goes with method.postprocess, and only with it")
+        return self
 
     def to_bytes(self) -> bytes:
         """Canonical JSON (the counts are formatted exactly as ``json.dumps`` would, but vectorised)."""
@@ -213,6 +233,8 @@ def _release_bytes(message: ReleaseMessage, counts_text: bytes) -> bytes:
     data = message.model_dump(mode="json", exclude={"counts"})
     if data.get("details", 0) is None:
         del data["details"]
+    if data["method"].get("postprocess", 0) is None:  # version-1 messages stay byte for byte as they were
+        del data["method"]["postprocess"]
     data["counts"] = _SENTINEL
     head, sep, tail = canonical_bytes(data).partition(_SENTINEL_JSON)
     assert sep, "internal error: counts placeholder missing"
@@ -329,31 +351,50 @@ class MessageBuilder:
     def __init__(self, settings: Any) -> None:
         self.stream = settings.stream.id
         self.fingerprint = settings.fingerprint()
+        self.post = settings.postprocessor()
         self.method = MethodInfo(
             decision=settings.release.decision,
             mechanism=settings.release.mechanism,
             unit=settings.privacy.unit,
+            postprocess=list(self.post.chain) or None,
         )
+        self.schema_version = SCHEMA_VERSION_POSTPROCESS if self.post.chain else SCHEMA_VERSION
         self.budget = _frac(settings.privacy.epsilon)
         self._settings = settings
 
-    def release(self, release: Release, start: datetime, end: datetime) -> ReleaseMessage:
+    def release(self, release: Release, start: datetime, end: datetime,
+                processed: Processed | None = None) -> ReleaseMessage:
         """The message of one engine release of the timestep ``[start, end)``."""
-        return self.release_with_bytes(release, start, end)[0]
+        return self.release_with_bytes(release, start, end, processed)[0]
 
-    def release_with_bytes(self, release: Release, start: datetime, end: datetime) -> tuple[ReleaseMessage, bytes]:
-        """The message and its canonical bytes (the counts are formatted once, vectorised)."""
-        counts = _count_array(postprocess(self._settings.release.postprocess, release.counts))
-        head = self._validated(release, start, end)
+    def release_with_bytes(self, release: Release, start: datetime, end: datetime,
+                           processed: Processed | None = None) -> tuple[ReleaseMessage, bytes]:
+        """The message and its canonical bytes (the counts are formatted once, vectorised).
+
+        ``processed``: the release after ``release.postprocess`` (the pipeline applies it, as the
+        smoothers carry state); None applies a stateless chain here.
+
+        Raises:
+            ValueError: ``processed`` is missing for a smoothing chain.
+        """
+        if processed is None:
+            if self.post.stateful:
+                raise ValueError(f"release.postprocess {self.post.text} carries state: pass the processed release")
+            processed, _ = self.post.apply(self.post.initial(), release.counts, release.half_width,
+                                           release.confidence, release.kind == "fresh")
+        counts = _count_array(processed.counts)
+        head = self._validated(release, start, end, processed.half_width)
         message = head.model_copy(update={"counts": counts.tolist()})
         return message, _release_bytes(message, _counts_text(counts))
 
-    def _validated(self, release: Release, start: datetime, end: datetime) -> ReleaseMessage:
+    def _validated(self, release: Release, start: datetime, end: datetime,
+                   half_width: np.ndarray) -> ReleaseMessage:
         """Everything but the counts, validated by the model (the counts come from our own array)."""
         window = release.window_spend
         details = _jsonable(release.details) if release.details else None
         return ReleaseMessage(
             stream=self.stream,
+            schema_version=self.schema_version,
             release_id=release_id(self.stream, release.timestep, self.fingerprint),
             timestep=TimestepInfo(index=release.timestep, start=isoformat(start), end=isoformat(end)),
             kind=release.kind,
@@ -361,7 +402,7 @@ class MessageBuilder:
             counts=[],
             accuracy=Accuracy(
                 confidence=float(release.confidence),
-                half_width=_half_width(release.half_width),
+                half_width=_half_width(half_width),
                 source_timestep=release.source_timestep,
                 epsilon=float(release.epsilon_release),
                 epsilon_exact=_frac(release.epsilon_release),

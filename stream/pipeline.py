@@ -45,6 +45,7 @@ import numpy as np
 from controller.errors import StateError
 from controller.step import Engine, EngineState, Release
 from histogram.noise import Randomness
+from histogram.postprocess import PostProcessor, PostState
 from stream.ingest.events import CODE, REASONS, EventBatch, Rejections, validate_batch
 from stream.ingest.windowing import ACCEPTED, Grid, Windower
 from stream.messages import (
@@ -97,6 +98,9 @@ class SealedRelease:
         message: the release message.
         engine_state: the engine state after this timestep (secret: holds
             threshold noise; journal it, never publish it).
+        post_state: the post-processing smoother's state after this timestep
+            (:class:`histogram.postprocess.PostState`; a function of releases
+            only, journaled inside the engine snapshot under ``postprocess``).
         window: the pipeline's window state after this timestep
             (``{"version", "first_cell", "next_index", "max_event_time"}``).
         release: the engine's :class:`Release`, or None when ``recovered``.
@@ -116,6 +120,8 @@ class SealedRelease:
     release: Release | None
     recovered: bool
     engine: Engine = field(repr=False)
+    post_state: PostState = field(default_factory=PostState, repr=False)
+    post: PostProcessor | None = field(default=None, repr=False)
 
     @property
     def release_id(self) -> str:
@@ -134,7 +140,9 @@ class SealedRelease:
         return Fraction(self.message.epsilon_spent_exact)
 
     def engine_snapshot(self) -> dict[str, Any]:
-        return self.engine.snapshot(self.engine_state)
+        """The engine snapshot, with the smoother's state under ``postprocess`` when
+        ``release.postprocess`` smooths (what the journal keeps and a restart restores)."""
+        return _with_post(self.engine.snapshot(self.engine_state), self.post, self.post_state)
 
     def journal_entry(self) -> dict[str, Any]:
         """JSON-ready record to persist before ``payload`` may be produced.
@@ -220,16 +228,21 @@ class ReleasePipeline:
         self.fingerprint: str = settings.fingerprint()
         self.grid = Grid.from_settings(settings)
         self.messages = MessageBuilder(settings)
+        self.post: PostProcessor = self.messages.post
         self.key = self.stream_id.encode()
         self.step_hook = step_hook
         self.recall = recall
         self.max_user_id_chars = 256
+        post_state = self.post.initial()
         if engine_state is None:
             state = self.engine.initial_state()
         elif isinstance(engine_state, EngineState):
             state = engine_state
+            if state.timestep and self.post.stateful:
+                raise StateError("restoring a smoothing stream needs the engine snapshot with its "
+                                 "post-processing state, not an EngineState")
         else:
-            state = self.engine.restore(dict(engine_state))
+            state, post_state = self._restore_snapshot(engine_state, "engine snapshot")
         if window_state is not None:
             self.window = Windower.restore(self.grid, dict(window_state))
         elif state.timestep == 0 or self.grid.start is not None:
@@ -245,6 +258,7 @@ class ReleasePipeline:
                 f"the engine state says {state.timestep}: refusing to mix them"
             )
         self._state = state
+        self._post_state = post_state
         self.stats = PipelineStats()
 
     # -- accessors --------------------------------------------------------------
@@ -362,6 +376,7 @@ class ReleasePipeline:
             self.window.put_back(data)
             raise
         self._state = sealed.engine_state
+        self._post_state = sealed.post_state
         self.window.advance()
         st = self.stats
         st.timesteps_sealed += 1
@@ -384,10 +399,12 @@ class ReleasePipeline:
         if release.timestep != index:
             raise StateError(f"engine stepped timestep {release.timestep}, expected {index}")
         start, end = self.grid.bounds(cell)
-        message, payload = self.messages.release_with_bytes(release, start, end)
+        processed, post_state = self.post.apply(self._post_state, release.counts, release.half_width,
+                                                release.confidence, release.kind == "fresh")
+        message, payload = self.messages.release_with_bytes(release, start, end, processed)
         return SealedRelease(
             index, cell, start, end, self.key, payload, message, state,
-            self._window_after(index), release, False, self.engine,
+            self._window_after(index), release, False, self.engine, post_state, self.post,
         )
 
     def _from_journal(self, entry: Mapping[str, Any], index: int, cell: int) -> SealedRelease:
@@ -409,7 +426,7 @@ class ReleasePipeline:
             if message.release_id != release_id(self.stream_id, index, self.fingerprint) or \
                     message.timestep.index != index or message.to_bytes() != payload:
                 raise StateError(f"{where} holds a payload that is not this timestep's canonical release")
-            state = self.engine.restore(dict(entry["engine_state"]))
+            state, post_state = self._restore_snapshot(entry["engine_state"], where)
         except StateError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -419,8 +436,33 @@ class ReleasePipeline:
         start, end = self.grid.bounds(cell)
         return SealedRelease(
             index, cell, start, end, self.key, payload, message, state,
-            self._window_after(index), None, True, self.engine,
+            self._window_after(index), None, True, self.engine, post_state, self.post,
         )
+
+    def _restore_snapshot(self, data: Mapping[str, Any], what: str) -> tuple[EngineState, PostState]:
+        """Engine state and smoother state from an engine snapshot (the smoother's under ``postprocess``).
+
+        Raises:
+            StateError: a smoothing stream's snapshot past timestep 0 without (or with a broken)
+                smoother state, or one with a smoother state this configuration does not use.
+        """
+        snap = dict(data)
+        post = snap.pop("postprocess", None)
+        state = self.engine.restore(snap)
+        if not self.post.stateful:
+            if post is not None:
+                raise StateError(f"the {what} carries a smoother's state but release.postprocess is "
+                                 f"{self.post.text}: refusing to mix them")
+            return state, self.post.initial()
+        if post is None:
+            if state.fresh_count:
+                raise StateError(f"the {what} has no state for release.postprocess {self.post.text}: the "
+                                 "smoothed releases cannot be continued (or re-sent) as published; refusing")
+            return state, self.post.initial()
+        try:
+            return state, self.post.state_from_json(post, self.domain.size)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise StateError(f"the {what} has a broken post-processing state: {exc}") from None
 
     # -- snapshots ------------------------------------------------------------------
     def snapshot(self, *, include_buffers: bool = False) -> dict[str, Any]:
@@ -433,7 +475,7 @@ class ReleasePipeline:
             "version": PIPELINE_STATE_VERSION,
             "stream": self.stream_id,
             "config_fingerprint": self.fingerprint,
-            "engine": self.engine.snapshot(self._state),
+            "engine": _with_post(self.engine.snapshot(self._state), self.post, self._post_state),
             "window": self.window.snapshot(include_buffers=include_buffers),
         }
 
@@ -452,6 +494,12 @@ class ReleasePipeline:
             raise StateError("unsupported journal entry")
         _check_identity(settings, entry, "journal entry")
         return cls(settings, engine_state=entry["engine_state"], window_state=entry["window"], **kwargs)
+
+
+def _with_post(snapshot: dict[str, Any], post: PostProcessor | None, state: PostState) -> dict[str, Any]:
+    if post is not None and post.stateful:
+        snapshot["postprocess"] = post.state_to_json(state)
+    return snapshot
 
 
 def _checksum(entry: Mapping[str, Any]) -> str:

@@ -330,7 +330,9 @@ class Zygote:
         self.proc.stdin.flush()
         return json.loads(self.proc.stdout.readline())
 
-    def spawn(self, config: Path, log: Path, *, env: dict[str, str] | None = None, broken: bool = False) -> int:
+    def spawn(self, config: Path, log: Path, *, env: dict[str, str] | None = None, broken: bool | str = False) -> int:
+        """``broken``: True runs :func:`install_broken_recovery`; ``"lose-filter-state"``
+        :func:`install_lost_filter_state`."""
         return int(self._ask(op="run", config=str(config), log=str(log), env=env or {}, broken=broken)["pid"])
 
     def wait(self, pid: int, timeout: float) -> int | None:
@@ -367,7 +369,9 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
                     os.dup2(devnull, 0)
                     signal.signal(signal.SIGTERM, signal.SIG_DFL)
                     os.environ.update(cmd["env"])
-                    if cmd["broken"]:
+                    if cmd["broken"] == "lose-filter-state":
+                        install_lost_filter_state()
+                    elif cmd["broken"]:
                         install_broken_recovery()
                     code = run_command.run(argparse.Namespace(config=cmd["config"], max_timesteps=None))
                 except BaseException as exc:  # noqa: BLE001
@@ -413,6 +417,14 @@ def install_broken_recovery() -> None:
         return plan
 
     service_module.plan_recovery = broken_plan  # type: ignore[assignment]
+
+
+def install_lost_filter_state() -> None:
+    """The deliberately broken variant of a smoothing stream: a restart restores the engine but
+    starts the ``release.postprocess`` smoother over (its journaled state ignored)."""
+    from histogram.postprocess import PostProcessor, PostState
+
+    PostProcessor.state_from_json = lambda self, data, bins: PostState()  # type: ignore[method-assign]
 
 
 # ---------------------------------------------------------------------------
@@ -593,8 +605,10 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
                    failpoints: list[tuple[str, int]], broken: bool = False, timesteps: int = 100,
                    per_timestep: int = 100, pace: float = 0.25, partitions: int = 2,
                    decision: str = "uniform", terms: int = 0, zygote: Zygote | None = None,
-                   record_time: bool = True, seeded: bool = False) -> CrashOutcome:
+                   record_time: bool = True, seeded: bool = False, postprocess: str = "none") -> CrashOutcome:
     """Run the service through kill -9s and failpoint crashes while input arrives; then check.
+
+    ``postprocess``: the stream's ``release.postprocess`` chain (a smoother's state must survive).
 
     The input (``timesteps`` × ``per_timestep`` events, plus dead letters) is
     produced at ``pace`` seconds per timestep by a background thread while
@@ -627,7 +641,7 @@ def crash_scenario(bootstrap: str, workdir: Path, *, seed: int, random_kills: in
     cfg = service_config(bootstrap, workdir / "state", seed=seed if seeded else None,
                          kafka={"topic_partitions": partitions, "max_poll_records": 25, **rec_kafka},
                          stream={"allowed_lateness": f"{STEP}s", **rec_stream},
-                         release={"decision": decision},
+                         release={"decision": decision, "postprocess": postprocess},
                          privacy={"horizon": timesteps, "cutoff": timesteps if decision == "uniform" else 10})
     config_path = write_config(cfg, workdir / "config.yaml")
     k = KafkaSection(**cfg["kafka"])

@@ -55,11 +55,10 @@ import numpy as np
 from controller.errors import ConfigurationError
 from controller.method import METHODS, W_EVENT_METHODS
 from histogram.noise import Randomness
-from histogram.postprocess import POSTPROCESSORS, postprocess
+from histogram.postprocess import POSTPROCESSORS, parse_chain, postprocess
 from stream.config import ConfigError, Settings
 from stream.ingest.events import KEY_USER_ID
 from stream.lab.metrics import ErrorAccumulator, Workload, summarise
-from stream.lab.smoothing import SMOOTHERS, Smoother
 
 __all__ = [
     "EvaluationError",
@@ -172,15 +171,16 @@ class Truth:
 
 
 def split_method(name: str) -> tuple[str, str | None]:
-    """``"dsat+nonnegative"`` → ``("dsat", "nonnegative")``; ``"dsat"`` → ``("dsat", None)``
-    (None: the config's own ``release.postprocess``)."""
+    """``"dsat+nonnegative"`` → ``("dsat", "nonnegative")``; ``"uniform+kalman+nonnegative"`` →
+    ``("uniform", "kalman+nonnegative")``; ``"dsat"`` → ``("dsat", None)`` (None: the config's own
+    ``release.postprocess``)."""
     base, _, post = name.partition("+")
     return base, (post or None)
 
 
 def parse_methods(text: str | Sequence[str]) -> list[str]:
     """``"dsat,dsft+nonnegative,uniform"`` → ``["dsat", "dsft+nonnegative", "uniform"]`` (checked,
-    no repeats). ``+<post-processor>`` evaluates the method with that ``release.postprocess``."""
+    no repeats). ``+<chain>`` evaluates the method with that ``release.postprocess`` chain."""
     items = text.split(",") if isinstance(text, str) else list(text)
     names = [m.strip().lower() for m in items if m.strip()]
     if not names:
@@ -188,10 +188,13 @@ def parse_methods(text: str | Sequence[str]) -> list[str]:
     unknown = [m for m in names if split_method(m)[0] not in METHODS]
     if unknown:
         raise EvaluationError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
-    bad_post = [m for m in names if split_method(m)[1] not in (None, *POSTPROCESSORS, *SMOOTHERS)]
-    if bad_post:
-        raise EvaluationError(f"unknown post-processor in {', '.join(bad_post)}: after '+' use one of "
-                              f"{', '.join((*POSTPROCESSORS, *SMOOTHERS))}")
+    for m in names:
+        post = split_method(m)[1]
+        try:
+            parse_chain(post)
+        except ValueError as exc:
+            raise EvaluationError(f"--methods {m}: {exc} (after '+', steps from "
+                                  f"{', '.join(POSTPROCESSORS[1:])})") from None
     if len(set(names)) != len(names):
         raise EvaluationError(f"--methods lists a method twice: {','.join(names)}")
     return names
@@ -226,9 +229,7 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
     for m in methods:
         base, post = split_method(m)
         release: dict[str, Any] = {"decision": base}
-        if post in SMOOTHERS:
-            release["postprocess"] = "nonnegative"  # smoothing runs on top of the clamped counts
-        elif post is not None:
+        if post is not None:
             release["postprocess"] = post
         try:
             out[m] = settings_with(settings, {"release": release})
@@ -264,36 +265,33 @@ def run_method(
     *,
     tick: Callable[[int], None] | None = None,
     tick_every: int = 25,
-    smoother: str | None = None,
 ) -> RunTrace:
-    """Step ``settings.engine()`` over every timestep once; errors against the truth.
-
-    ``smoother`` (:data:`stream.lab.smoothing.SMOOTHERS`) smooths the published series over time
-    (lab-only post-processing of the releases)."""
+    """Step ``settings.engine()`` over every timestep once; errors against the truth of what the
+    service publishes (``release.postprocess`` applied, smoothers included)."""
     engine = settings.engine()
     stream_id = settings.stream.id
     state = engine.initial_state()
     acc = ErrorAccumulator(workload)
-    post = settings.release.postprocess  # what the service would publish (free post-processing)
+    post = settings.postprocessor()  # what the service would publish (free post-processing)
+    post_state = post.initial()
     sources: list[int | None] = []
     epsilons: dict[int, Fraction] = {}
     max_window: Fraction = Fraction(0)
     release = None
     pending = 0
-    smooth = (Smoother.for_stream(smoother, settings.privacy.population, workload.bins)
-              if smoother is not None else None)
     for t in range(workload.timesteps):
         release, state = engine.step(state, workload.truth[t], randomness.drawer(stream_id, t, "release"))
         src = release.source_timestep
         sources.append(src)
         if release.kind == "fresh":
             epsilons[t] = release.epsilon_release
-        if smooth is not None and src is not None:
-            counts = smooth.step(postprocess(post, release.counts), release.kind == "fresh",
-                                 release.half_width, release.confidence)
-            acc.add(t, ("smoothed", t), counts)  # a new key every timestep: the series moves
+        if src is None:
+            acc.add(t, src, None)
         else:
-            acc.add(t, src, None if src is None else postprocess(post, release.counts))
+            out, post_state = post.apply(post_state, release.counts, release.half_width, release.confidence,
+                                         release.kind == "fresh")
+            # a smoothed series moves every timestep: a new key each time
+            acc.add(t, ("smoothed", t) if post.stateful else src, out.counts)
         window = release.window_spend if release.window_spend is not None else release.epsilon_spent
         if window > max_window:
             max_window = window
@@ -313,7 +311,7 @@ def run_method(
 #: Methods whose decisions read neither the data nor the noise (thesis §4.1.4: they "spend only on
 #: publications"): every run makes the same decisions and spends the same ε, so the runs can share
 #: one engine run's schedule and draw their noise in one array pass (:func:`run_fast`).
-DATA_INDEPENDENT: frozenset[str] = frozenset({"uniform", "fixed"})
+DATA_INDEPENDENT: frozenset[str] = frozenset({"uniform", "fixed", "sample"})
 
 
 def fast_eligible(settings: Settings) -> bool:
@@ -329,7 +327,6 @@ def run_fast(
     *,
     name: str = "",
     tick: Callable[[int], None] | None = None,
-    smoother: str | None = None,
 ) -> list[RunTrace]:
     """``runs`` runs of a data-independent method: run 0 is the engine's own run, the others reuse
     its decisions and ε and draw their noise in one pass.
@@ -344,11 +341,11 @@ def run_fast(
     distribution as stepping the engine ``runs`` times, not the same values
     (``tests/stream/lab/test_fast_lab.py`` compares the two).
     """
-    first = run_method(settings, workload, Randomness.seeded(seed), tick=tick, smoother=smoother)
+    first = run_method(settings, workload, Randomness.seeded(seed), tick=tick)
     if runs == 1:
         return [first]
     mech = settings.mechanism()
-    post = settings.release.postprocess
+    post = settings.postprocessor()
     fresh_ts = sorted(first.epsilons)
     rest = runs - 1
     noisy = np.empty((rest, len(fresh_ts), workload.bins), dtype=np.int64)
@@ -361,14 +358,14 @@ def run_fast(
         z = drawer.discrete_laplace(scale, rest * rows.size * workload.bins)
         noisy[:, rows, :] = workload.truth[np.asarray(fresh_ts, dtype=np.int64)[rows]][None] + np.asarray(z).reshape(
             rest, rows.size, workload.bins)
-    released = postprocess(post, noisy)
+    released = noisy if post.stateful else postprocess(post.text, noisy)
     pos = {t: i for i, t in enumerate(fresh_ts)}
     src_index = np.asarray([-1 if s is None else pos[s] for s in first.sources], dtype=np.int64)
     traces = [first]
     fixed = {k: first.metrics[k] for k in ("fresh_releases", "epsilon_spent", "max_window_spend")}
     smoothed = None
-    if smoother is not None:  # sequential in time, one array pass over all runs at each timestep
-        smooth = Smoother.for_stream(smoother, settings.privacy.population, workload.bins)
+    if post.stateful:  # sequential in time, one array pass over all runs at each timestep
+        state = post.initial()
         widths = {t: float(mech.half_width(first.epsilons[t])) for t in fresh_ts}  # type: ignore[attr-defined]
         smoothed = np.zeros((rest, workload.timesteps, workload.bins))
         last_width = 0.0
@@ -377,8 +374,9 @@ def run_fast(
                 continue  # the all-zero placeholder before the first release stays zero
             fresh = first.sources[t] == t
             last_width = widths[t] if fresh else last_width
-            smoothed[:, t, :] = smooth.step(released[:, i, :], fresh, np.float64(last_width),
-                                            settings.release.confidence)
+            out, state = post.apply(state, released[:, i, :], np.float64(last_width), settings.release.confidence,
+                                    fresh)
+            smoothed[:, t, :] = out.counts
     for r in range(rest):
         if smoothed is not None:
             metrics = batch_metrics(workload, smoothed[r], np.arange(workload.timesteps))
@@ -496,13 +494,10 @@ def _evaluate_method(
     tick: Callable[[int], None] | None,
 ) -> dict[str, Any]:
     """``{name: summary}`` (and ``{name-true: …}`` when asked) for one method."""
-    smoother = split_method(name)[1]
-    smoother = smoother if smoother in SMOOTHERS else None
     if fast_eligible(s):
-        traces = run_fast(s, workload, seed, runs, name=name, tick=tick, smoother=smoother)
+        traces = run_fast(s, workload, seed, runs, name=name, tick=tick)
     else:
-        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick, smoother=smoother)
-                  for r in range(runs)]
+        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
     out = {name: summarise([tr.metrics for tr in traces], confidence)}
     if want_true:
         out[f"{name}-true"] = summarise([true_version(workload, tr.sources) for tr in traces], confidence)

@@ -3,7 +3,7 @@ the evaluation half; ``decision: auto`` in the service is not built).
 
 The candidates are every decision method this configuration can run
 (:data:`controller.method.METHODS`, so methods added there are picked up), each as published
-(``none``), with ``nonnegative`` and with ``kalman`` smoothing (lab-only, ``stream.lab.smoothing``).
+(``none``), with ``nonnegative`` and with ``kalman`` smoothing (``release.postprocess``).
 They are ranked by mean absolute error per bin (or range-query error) against the zero release.
 
 Choosing among candidates by their error on a private history is itself a use of that history
