@@ -16,6 +16,7 @@ from controller.errors import ConfigurationError
 from controller.pid import PIDController, PIDGains
 from controller.policies.base import DecisionPolicy
 from controller.policies.baselines import FixedPolicy, UniformPolicy
+from controller.policies.grouping import AdaPubPolicy, RescueDPPolicy
 from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.policies.sampling import DistanceSamplingPolicy, WEventSamplingPolicy
 from controller.policies.wevent import FastPolicy, PegasusPolicy, SamplePolicy
@@ -25,12 +26,15 @@ from controller.units import PrivacyUnit, UserLevel, WEvent
 from histogram.exact import to_fraction
 from histogram.mechanism import Mechanism
 
-__all__ = ["METHODS", "W_EVENT_METHODS", "MethodSpec", "build_policy", "build_engine"]
+__all__ = ["METHODS", "W_EVENT_METHODS", "GROUPED_METHODS", "MethodSpec", "build_policy", "build_engine"]
 
-METHODS = ("dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast")
+METHODS = ("dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast", "adapub", "rescuedp")
 
 #: methods defined only under w-event privacy (they refuse a user-level unit)
-W_EVENT_METHODS = frozenset({"bd", "ba", "sample", "pegasus", "fast"})
+W_EVENT_METHODS = frozenset({"bd", "ba", "sample", "pegasus", "fast", "adapub", "rescuedp"})
+
+#: methods that release noisy sums over groups of bins (controller/grouped.py): LPA noise only
+GROUPED_METHODS = frozenset({"adapub", "rescuedp"})
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,10 @@ def build_policy(spec: MethodSpec, bins: int) -> DecisionPolicy:
         return PegasusPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
     if spec.decision == "fast":
         return FastPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
+    if spec.decision == "adapub":
+        return AdaPubPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
+    if spec.decision == "rescuedp":
+        return RescueDPPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
     adaptive = spec.decision == "dsat"
     pid = PIDController(spec.pid, initial=float(spec.threshold))
     assert spec.population is not None
@@ -152,5 +160,10 @@ def build_engine(spec: MethodSpec, mechanism: Mechanism, bins: int) -> Engine:
     if mechanism.sensitivity != spec.sensitivity:
         raise ConfigurationError(
             f"mechanism sensitivity {mechanism.sensitivity} differs from the contribution bound {spec.sensitivity}"
+        )
+    if spec.decision in GROUPED_METHODS and mechanism.name != "lpa":
+        raise ConfigurationError(
+            f"{spec.decision} releases noisy sums over groups of bins with discrete Laplace noise (LPA); "
+            f"release.mechanism: {mechanism.name} cannot be used with it: set release.mechanism: lpa"
         )
     return Engine(build_policy(spec, bins), mechanism, bins)

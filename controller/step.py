@@ -14,7 +14,10 @@ Order inside a step (privacy invariants I4/I5):
 2. for a fresh release the publication ε is charged, then the mechanism draws
    the release noise; a policy with a ``smooth`` method (PeGaSus) may then
    replace the noisy histogram by a function of it and of its own public
-   state (post-processing: no data, no draws);
+   state (post-processing: no data, no draws). A decision with ``groups``
+   (AdaPub, RescueDP) is released as noisy sums over those public groups of
+   bins at the same ε instead (:mod:`controller.grouped`), and ``smooth``
+   turns them into the published histogram;
 3. the new state carries the accountant copy, the policy state and the last
    release.
 
@@ -35,6 +38,7 @@ import numpy as np
 
 from controller.accountant import Accountant, LedgerEntry, WindowAccountant, restore_accountant
 from controller.errors import StateError
+from controller.grouped import check_groups, release_groups
 from controller.policies.base import DecisionContext, DecisionPolicy
 from histogram.mechanism import Mechanism
 from histogram.noise import NoiseDrawer
@@ -206,11 +210,19 @@ class Engine:
         if decision.fresh:
             # Policies check can_spend before answering fresh; a failure here is a policy bug
             # and raises before any release noise is drawn (nothing is published for t).
+            if decision.groups is not None:
+                check_groups(decision.groups, self.bins)
             acct.spend(t, decision.epsilon, "publication")
-            noisy = self.mechanism.release(counts, decision.epsilon, noise)
+            if decision.groups is None:
+                noisy = self.mechanism.release(counts, decision.epsilon, noise)
+            else:  # noisy sums over the policy's public groups, same ε (controller/grouped.py)
+                noisy = release_groups(counts, decision.groups, decision.epsilon, self.mechanism.sensitivity,
+                                       noise, getattr(self.mechanism, "confidence", 0.95))
             smooth = getattr(self.policy, "smooth", None)
             if smooth is not None:  # post-processing of releases only (PeGaSus's smoother); no ε, no draws
                 noisy, policy_state = smooth(policy_state, t, noisy)
+            if decision.groups is not None and np.shape(noisy.counts) != (self.bins,):
+                raise StateError(f"{self.method} released {np.shape(noisy.counts)} values for {self.bins} bins")
             last = LastRelease(noisy.counts, noisy.half_width, noisy.confidence, t, decision.epsilon)
             fresh_count += 1
             details = dict(noisy.details)

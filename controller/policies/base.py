@@ -9,7 +9,7 @@ charging the publication.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,18 +25,24 @@ __all__ = ["Decision", "DecisionContext", "DecisionPolicy", "REPUBLISH", "fresh"
 
 @dataclass(frozen=True)
 class Decision:
-    """Fresh release at ``epsilon``, or republish (``fresh=False``)."""
+    """Fresh release at ``epsilon``, or republish (``fresh=False``).
+
+    ``groups`` (optional, fresh only): one label per bin, a group number or −1, computed from
+    public values only; the engine then releases noisy group sums at ``epsilon`` instead of the
+    mechanism's histogram (:mod:`controller.grouped`), for the policy's ``smooth`` to publish.
+    """
 
     fresh: bool
     epsilon: Fraction = Fraction(0)
     reason: str = ""
+    groups: np.ndarray | None = field(default=None, compare=False)
 
 
 REPUBLISH = Decision(False)
 
 
-def fresh(epsilon: Fraction, reason: str = "") -> Decision:
-    return Decision(True, Fraction(epsilon), reason)
+def fresh(epsilon: Fraction, reason: str = "", groups: np.ndarray | None = None) -> Decision:
+    return Decision(True, Fraction(epsilon), reason, groups)
 
 
 @dataclass

@@ -107,7 +107,11 @@ def violations(engine: Engine, timesteps: int = 30) -> list[str]:
             purpose = log.events[-1][1]
             prior = log.events[:-1]
             since_charge = prior[max((i for i, e in enumerate(prior) if e[0] == "charge"), default=-1) + 1:]
-            if purpose == "publication" and ("draw", "release") in prior:
+            # a decision charge pays for the draw right after it, which may be bins-sized (AdaPub's
+            # per-bin tests); any other bins-sized draw before the publication charge is release noise
+            paid = [i + 1 for i, e in enumerate(prior) if e[0] == "charge" and e[1] != "publication"]
+            early = [i for i, e in enumerate(prior) if e == ("draw", "release") and i not in paid]
+            if purpose == "publication" and early:
                 out.append(f"t={t}: release noise drawn before the failing publication charge")
             if purpose != "publication" and any(e[0] == "draw" for e in since_charge):
                 out.append(f"t={t}: decision noise drawn before the failing {purpose} charge")
