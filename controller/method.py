@@ -153,4 +153,5 @@ def build_engine(spec: MethodSpec, mechanism: Mechanism, bins: int) -> Engine:
         raise ConfigurationError(
             f"mechanism sensitivity {mechanism.sensitivity} differs from the contribution bound {spec.sensitivity}"
         )
-    return Engine(build_policy(spec, bins), mechanism, bins)
+    view = getattr(mechanism, "view", None)  # a model release decides over its released tables (§11.4)
+    return Engine(build_policy(spec, bins if view is None else int(view.size)), mechanism, bins)

@@ -95,7 +95,7 @@ class ReleaseFeed:
         """Hold one published message; False (ignored) if it is not a release message."""
         try:
             doc = json.loads(message)
-            if doc.get("message_type") != "release":
+            if doc.get("message_type") not in ("release", "model-release"):
                 return False
             index = int(doc["timestep"]["index"])
         except (ValueError, TypeError, KeyError, AttributeError):
