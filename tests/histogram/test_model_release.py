@@ -55,15 +55,32 @@ def test_view_sensitivity_is_c_times_tables_and_attained(kind, c):
     assert _max_change(view, c) == view.sensitivity
 
 
-def test_a_view_that_forgets_the_tables_is_caught():
+#: broken declarations of the decision space's sensitivity (the audit catalogue lists them)
+BROKEN = {
+    "sensitivity forgets the tables": lambda view: view.contribution,  # the histogram's Δ
+    "sensitivity forgets c": lambda view: view.tables,
+}
+
+
+def _view(kind: str, c: int) -> MarginalView:
+    return MarginalView.one_way(LEVELS, c) if kind == "one-way" else MarginalView.up_to(LEVELS, int(kind[-1]), c)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_view_is_caught(name):
+    """For DPCopula's one-way view and the k ≤ 2 view of k-way marginals, c = 2."""
+
     @dataclass(frozen=True)
     class Broken(MarginalView):
         @property
-        def sensitivity(self) -> int:  # the histogram's Δ, not the tables'
-            return self.contribution
+        def sensitivity(self) -> int:
+            return BROKEN[name](self)
 
-    broken = Broken(LEVELS, tuple((j,) for j in range(3)), 1)
-    assert _max_change(broken, 1) > broken.sensitivity
+    for kind in ("one-way", "k=2"):
+        good = _view(kind, 2)
+        broken = Broken(good.levels, good.subsets, good.contribution)
+        assert _max_change(broken, 2, trials=10) > broken.sensitivity  # the enumeration exceeds the declaration
+        assert _max_change(good, 2, trials=10) == good.sensitivity
 
 
 def test_the_decision_distance_moves_by_at_most_the_policys_delta():
