@@ -166,4 +166,5 @@ def build_engine(spec: MethodSpec, mechanism: Mechanism, bins: int) -> Engine:
             f"{spec.decision} releases noisy sums over groups of bins with discrete Laplace noise (LPA); "
             f"release.mechanism: {mechanism.name} cannot be used with it: set release.mechanism: lpa"
         )
-    return Engine(build_policy(spec, bins), mechanism, bins)
+    view = getattr(mechanism, "view", None)  # a model release decides over its released tables (§11.4)
+    return Engine(build_policy(spec, bins if view is None else int(view.size)), mechanism, bins)

@@ -79,7 +79,10 @@ class LastRelease:
     """The counts currently published (what a republished timestep repeats).
 
     ``timestep`` is None for the all-zero placeholder before any fresh release
-    (its half-widths are infinite: it carries no information).
+    (its half-widths are infinite: it carries no information). ``model`` is the
+    rest of a model release (a mechanism with a ``view``: correlation matrix,
+    synthetic sample; JSON-ready, public), which a republished timestep repeats;
+    None for histogram mechanisms.
     """
 
     counts: np.ndarray
@@ -87,6 +90,7 @@ class LastRelease:
     confidence: float
     timestep: int | None
     epsilon: Fraction
+    model: dict[str, Any] | None = None
 
     @classmethod
     def placeholder(cls, bins: int) -> LastRelease:
@@ -103,6 +107,7 @@ class LastRelease:
             "confidence": self.confidence,
             "timestep": self.timestep,
             "epsilon": str(self.epsilon),
+            **({} if self.model is None else {"model": self.model}),
         }
 
     @classmethod
@@ -114,8 +119,11 @@ class LastRelease:
                 np.broadcast_to(np.float64(float(hw)), counts.shape) if isinstance(hw, str) else decode_array(hw)
             )
             ts = data["timestep"]
+            model = data.get("model")
+            if model is not None and not isinstance(model, dict):
+                raise TypeError("model must be an object")
             return cls(counts, width, float(data["confidence"]), None if ts is None else int(ts),
-                       Fraction(str(data["epsilon"])))
+                       Fraction(str(data["epsilon"])), model)
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"malformed last release in snapshot: {exc}") from exc
 
@@ -144,6 +152,7 @@ class Release:
         method: the decision method's name.
         ledger: ledger entries charged or extended during this step.
         details: mechanism extras of a fresh release (e.g. PSD's tree).
+        model: a model release's model (repeated when republished); None for histograms.
     """
 
     timestep: int
@@ -160,6 +169,7 @@ class Release:
     method: str
     ledger: tuple[LedgerEntry, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -175,7 +185,12 @@ class EngineState:
 
 @dataclass(frozen=True)
 class Engine:
-    """A decision policy, a release mechanism and a bin count, wired together."""
+    """A decision policy, a release mechanism and a bin count, wired together.
+
+    A mechanism with a ``view`` (:class:`histogram.model_release.MarginalView`) releases a model:
+    the policy then compares ``view(counts)`` with the last release's counts, which live in the
+    view's space (``docs/privacy.md`` §11.4), and a republished timestep repeats its model.
+    """
 
     policy: DecisionPolicy
     mechanism: Mechanism
@@ -189,8 +204,15 @@ class Engine:
     def method(self) -> str:
         return self.policy.name
 
+    @property
+    def released_bins(self) -> int:
+        """Length of a released count vector: the view's size for a model release, else ``bins``."""
+        view = getattr(self.mechanism, "view", None)
+        return self.bins if view is None else int(view.size)
+
     def initial_state(self) -> EngineState:
-        return EngineState(0, 0, self.policy.new_accountant(), self.policy.reset(), LastRelease.placeholder(self.bins))
+        return EngineState(0, 0, self.policy.new_accountant(), self.policy.reset(),
+                           LastRelease.placeholder(self.released_bins))
 
     def step(self, state: EngineState, counts: np.ndarray, noise: NoiseDrawer) -> tuple[Release, EngineState]:
         """Decide and release one timestep. Pure: ``state`` is not modified."""
@@ -202,8 +224,10 @@ class Engine:
         t = state.timestep
         acct = state.accountant.copy()
         before = {e.seq: e for e in acct.entries}
+        view = getattr(self.mechanism, "view", None)
+        observed = counts if view is None else view(counts)  # a public linear map: §11.4
         ctx = DecisionContext(
-            t, counts, state.last.counts, state.fresh_count, acct, noise, self.mechanism, state.last.epsilon
+            t, observed, state.last.counts, state.fresh_count, acct, noise, self.mechanism, state.last.epsilon
         )
         decision, policy_state = self.policy.decide(state.policy, ctx)
         last, fresh_count, details = state.last, state.fresh_count, {}
@@ -223,7 +247,8 @@ class Engine:
                 noisy, policy_state = smooth(policy_state, t, noisy)
             if decision.groups is not None and np.shape(noisy.counts) != (self.bins,):
                 raise StateError(f"{self.method} released {np.shape(noisy.counts)} values for {self.bins} bins")
-            last = LastRelease(noisy.counts, noisy.half_width, noisy.confidence, t, decision.epsilon)
+            model = None if view is None else dict(noisy.details.get("model") or {})
+            last = LastRelease(noisy.counts, noisy.half_width, noisy.confidence, t, decision.epsilon, model)
             fresh_count += 1
             details = dict(noisy.details)
             policy_state = self.policy.on_fresh(policy_state, t)
@@ -244,6 +269,7 @@ class Engine:
             method=self.method,
             ledger=changed,
             details=details,
+            model=last.model,
         )
         return release, EngineState(t + 1, fresh_count, acct, policy_state, last)
 
@@ -295,7 +321,7 @@ class Engine:
             if isinstance(accountant, WindowAccountant) and accountant.w != fresh_acct.w:  # type: ignore[union-attr]
                 raise StateError(f"snapshot's window is w={accountant.w}, this engine's is w={fresh_acct.w}")  # type: ignore[union-attr]
             last = LastRelease.from_json(data["last"])
-            if last.counts.size != self.bins:
+            if last.counts.size != self.released_bins:
                 raise StateError("snapshot's last release has the wrong number of bins")
             timestep, fresh_count = int(data["timestep"]), int(data["fresh_count"])
             if timestep < 0 or not 0 <= fresh_count <= timestep:

@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from math import comb
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -272,11 +273,57 @@ class PrivacySection(_Section):
         return self
 
 
+#: mechanisms that publish a model (model-release messages, ``docs/api.md``) instead of a count per bin
+MODEL_MECHANISMS = ("copula", "marginals")
+#: decisions that rewrite histogram counts themselves, so they cannot drive a model release
+_HISTOGRAM_ONLY_DECISIONS = ("pegasus", "fast")
+MAX_SYNTHETIC = 10_000  # histogram.model_release.MAX_SYNTHETIC (checked equal in tests)
+
+
+class CopulaSection(_Section):
+    """``release.copula.*`` (``release.mechanism: copula``): DPCopula, ``docs/privacy.md`` §11.1.
+
+    ``correlation``: the DP correlation estimator (``kendall``: Kendall's τ with the public floor;
+    ``mle``: subsample-and-aggregate pseudo-MLE; ``median``: seed 001's median-split tables).
+    ``budget_split``: the paper's k = ε₁/ε₂ (marginals : correlations), exact. ``min_records``: the
+    public floor n₀ on the records per timestep in Kendall's sensitivity 4/(n₀+1) (default: the
+    declared ``privacy.population``; never the data's n). ``synthetic_size``: records sampled from
+    the released copula into each fresh message (0 = none). ``partitions``: the ``mle`` estimator's parts.
+    """
+
+    correlation: Literal["kendall", "mle", "median"] = "kendall"
+    budget_split: Exact = Fraction(8)
+    min_records: int | None = Field(default=None, ge=2)
+    synthetic_size: int = Field(default=0, ge=0, le=MAX_SYNTHETIC)
+    partitions: int = Field(default=20, ge=1)
+
+    @field_validator("budget_split")
+    @classmethod
+    def _split(cls, v: Fraction) -> Fraction:
+        if v <= 0:
+            raise ValueError(f"must be > 0 (ε for marginals ÷ ε for correlations, e.g. 8), got {v}")
+        return v
+
+
+class MarginalsSection(_Section):
+    """``release.marginals.*`` (``release.mechanism: marginals``): DP k-way marginals, §11.2.
+
+    ``k``: every attribute set of size 1..k gets its table (equal ε shares per order).
+    ``consistency``: make overlapping tables agree (free post-processing; the counts become floats
+    without an interval). ``synthetic_size``: records synthesised from the tables into each fresh
+    message (0 = none; needs k >= 2).
+    """
+
+    k: int = Field(default=2, ge=1)
+    consistency: bool = True
+    synthetic_size: int = Field(default=0, ge=0, le=MAX_SYNTHETIC)
+
+
 class ReleaseSection(_Section):
     """``release.*``: decision method and mechanism."""
 
     decision: str = "dsat"
-    mechanism: Literal["lpa", "psd"] = "lpa"
+    mechanism: Literal["lpa", "psd", "copula", "marginals"] = "lpa"
     threshold: float = 0.025
     k: Exact | None = None
     svt_split: Literal["lyu", "even"] = "lyu"
@@ -289,6 +336,8 @@ class ReleaseSection(_Section):
     pid: PIDSection = Field(default_factory=PIDSection)
     confidence: float = 0.95
     psd: dict[str, Any] = Field(default_factory=dict)
+    copula: CopulaSection | None = None
+    marginals: MarginalsSection | None = None
 
     @field_validator("decision")
     @classmethod
@@ -608,24 +657,43 @@ class Settings(BaseSettings):
             return UserLevel(p.epsilon, p.horizon, p.cutoff)  # type: ignore[arg-type]
         return WEvent(p.epsilon, p.w, p.cutoff)  # type: ignore[arg-type]
 
+    def model_tables(self) -> int:
+        """How many marginal tables a model release publishes (1 for a histogram mechanism).
+
+        The decision of a model release compares the released tables (``docs/privacy.md`` §11.4):
+        its sensitivity is ``contribution_bound × tables`` and its threshold T applies to the mean
+        normalised L1 per table, i.e. ``T × population × tables`` in counts.
+        """
+        r, m = self.release, len(self.schema_.attributes)
+        if r.mechanism == "copula":
+            return m
+        if r.mechanism == "marginals":
+            k = (r.marginals or MarginalsSection()).k
+            return sum(comb(m, i) for i in range(1, min(k, m) + 1))
+        return 1
+
     def method_spec(self) -> MethodSpec:
         r, p = self.release, self.privacy
+        tables = self.model_tables()
         return MethodSpec(
             decision=r.decision,
             unit=self.unit(),
             threshold=r.threshold,
-            population=p.population,
+            population=None if p.population is None else p.population * tables,
             k=r.k,
             svt_split=r.svt_split,
             pid=PIDGains(**r.pid.model_dump()),
             burn_in=r.burn_in,
-            sensitivity=p.contribution_bound,
+            sensitivity=p.contribution_bound * tables,
             noise_floor=r.noise_floor,
         )
 
     def mechanism(self) -> Mechanism:
         """The release mechanism (``release.mechanism``) over this domain."""
         bound, conf = self.privacy.contribution_bound, self.release.confidence
+        self._check_model_options()
+        if self.release.mechanism in MODEL_MECHANISMS:
+            return self._model_mechanism()
         if self.release.mechanism == "lpa":
             if self.release.psd:
                 raise ConfigurationError("release.psd options are set but release.mechanism is lpa")
@@ -633,6 +701,70 @@ class Settings(BaseSettings):
         from histogram.psd.mechanism import PSDMechanism  # imported lazily: optional heavy module
 
         return PSDMechanism.from_options(self.domain().shape, sensitivity=bound, confidence=conf, options=self.release.psd)
+
+    def _check_model_options(self) -> None:
+        """``release.copula`` / ``release.marginals`` only with their mechanism, and what a model release needs."""
+        r = self.release
+        for name in MODEL_MECHANISMS:
+            if getattr(r, name) is not None and r.mechanism != name:
+                raise ConfigurationError(
+                    f"release.{name} is set but release.mechanism is {r.mechanism}; remove release.{name} or set "
+                    f"release.mechanism: {name}")
+        if r.mechanism not in MODEL_MECHANISMS:
+            return
+        if r.psd:
+            raise ConfigurationError(f"release.psd options are set but release.mechanism is {r.mechanism}; remove "
+                                     "release.psd")
+        if r.decision in _HISTOGRAM_ONLY_DECISIONS:
+            raise ConfigurationError(
+                f"release.decision: {r.decision} rewrites histogram counts and cannot drive a model release "
+                f"(release.mechanism: {r.mechanism}); use one of dsat, dsft, uniform, fixed, bd, ba, sample")
+        post = getattr(r, "postprocess", "none")
+        if isinstance(post, str) and post != "none":
+            raise ConfigurationError(
+                f"release.postprocess: {post} applies to histogram counts; a model release (release.mechanism: "
+                f"{r.mechanism}) is published as released: set release.postprocess: none")
+        m = len(self.schema_.attributes)
+        if r.mechanism == "copula" and m < 2:
+            raise ConfigurationError(
+                f"release.mechanism: copula needs at least 2 attributes in schema.attributes (got {m}); a copula "
+                "models their dependence: use lpa or psd for a single attribute")
+        if r.mechanism == "marginals":
+            opts = r.marginals or MarginalsSection()
+            if opts.k > m:
+                raise ConfigurationError(
+                    f"release.marginals.k: {opts.k} exceeds the {m} attribute(s) in schema.attributes; set k "
+                    f"between 1 and {m}")
+            if opts.synthetic_size and opts.k < 2 and m > 1:
+                raise ConfigurationError(
+                    f"release.marginals.synthetic_size: {opts.synthetic_size} needs 2-way tables to synthesise "
+                    "from; set release.marginals.k: 2 (or more), or synthetic_size: 0")
+
+    def _model_mechanism(self) -> Mechanism:
+        from histogram.copula.mechanism import DPCopula  # imported lazily: scipy-heavy modules
+        from histogram.marginals.kway import KWayMarginals
+        from histogram.model_release import CopulaModelMechanism, KWayModelMechanism
+
+        r, p = self.release, self.privacy
+        levels = self.domain().shape
+        if r.mechanism == "copula":
+            opts = r.copula or CopulaSection()
+            floor = opts.min_records if opts.min_records is not None else p.population
+            if floor is None:
+                raise ConfigurationError(
+                    "release.copula.min_records is not set and privacy.population is not declared; set "
+                    "release.copula.min_records to a public floor on the records per timestep (Kendall's "
+                    "sensitivity is 4/(n0+1) with it), e.g. the smallest population you expect")
+            if floor < 2:
+                raise ConfigurationError(
+                    f"release.copula.min_records defaults to privacy.population ({floor}), which is below 2; set "
+                    "release.copula.min_records: 2 or more")
+            copula = DPCopula(levels, opts.correlation, opts.budget_split, floor, opts.partitions,
+                              sensitivity=p.contribution_bound)
+            return CopulaModelMechanism(copula, opts.synthetic_size, r.confidence)
+        opts_m = r.marginals or MarginalsSection()
+        return KWayModelMechanism(KWayMarginals(levels, opts_m.k, sensitivity=p.contribution_bound),
+                                  opts_m.consistency, opts_m.synthetic_size, r.confidence)
 
     def engine(self) -> Engine:
         """Decision policy + mechanism, ready to step."""
@@ -669,9 +801,21 @@ class Settings(BaseSettings):
             "domain": self.domain().describe(),
             # the population declaration is deployment accounting, not what a release means or costs
             "privacy": self.privacy.model_dump(mode="json", exclude={"shared_population"}),
-            "release": self.release.model_dump(mode="json"),
+            "release": self._release_view(),
             "schema_version": 1,
         }
+
+    def _release_view(self) -> dict[str, Any]:
+        """``release.*`` as JSON; the model mechanisms' sections only when set (unset, they change no
+        existing stream's fingerprint)."""
+        view = self.release.model_dump(mode="json")
+        defaults = {"copula": CopulaSection, "marginals": MarginalsSection}
+        for name in MODEL_MECHANISMS:
+            if view.get(name) is None:
+                view.pop(name, None)
+                if self.release.mechanism == name:  # the effective options, defaults included
+                    view[name] = defaults[name]().model_dump(mode="json")
+        return view
 
     def fingerprint(self) -> str:
         """SHA-256 of :meth:`privacy_view` in canonical JSON (hex)."""

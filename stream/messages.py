@@ -17,6 +17,13 @@ Number formatting (deterministic):
 * ε values are given twice: a float for convenience and the exact fraction
   as a string (``"1/3"``); budget checks use the exact one.
 
+A stream whose ``release.mechanism`` is ``copula`` or ``marginals`` publishes a
+:class:`ModelReleaseMessage` (``message_type: "model-release"``, its own
+versioned schema ``model-release.schema.json``) for every timestep instead:
+released marginal tables, the copula correlation matrix, optionally a synthetic
+sample. Histogram consumers tell the two apart by ``message_type`` (a model
+release never validates against ``release.schema.json``).
+
 ``release_id`` = hex SHA-256 of ``"dpstream-release-v1\\0{stream}\\0{index}\\0{fingerprint}"``:
 the same timestep of the same configuration always has the same id, so
 consumers can drop duplicates by id.
@@ -47,6 +54,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SCHEMA_DIR",
     "ReleaseMessage",
+    "ModelReleaseMessage",
     "DomainMessage",
     "MessageBuilder",
     "canonical_bytes",
@@ -55,6 +63,7 @@ __all__ = [
     "schemas",
     "write_schemas",
     "parse_message",
+    "parse_release",
 ]
 
 SCHEMA_VERSION = 1
@@ -155,6 +164,88 @@ class ReleaseMessage(_Model):
     def to_bytes(self) -> bytes:
         """Canonical JSON (the counts are formatted exactly as ``json.dumps`` would, but vectorised)."""
         return _release_bytes(self, _counts_text(self.counts))
+
+
+class ModelMethodInfo(_Model):
+    """How a model release was made."""
+
+    decision: str
+    mechanism: Literal["copula", "marginals"]
+    unit: Literal["user-level", "w-event"]
+
+
+class MarginalTable(_Model):
+    """One released marginal table: counts over ``attributes``, row-major over ``shape``.
+
+    ``attributes`` are attribute names of the domain message, in increasing domain order; level
+    ``v`` of an attribute is its ``v``-th value (categorical) or bin (numeric).
+    """
+
+    attributes: list[str] = Field(min_length=1)
+    shape: list[int]
+    counts: list[StrictInt] | list[StrictFloat] = Field(
+        description="noisy counts, row-major over shape; integers unless made consistent (6 decimals)")
+
+
+class SyntheticSample(_Model):
+    """Synthetic records drawn from the released model (post-processing): one level index per attribute."""
+
+    attributes: list[str]
+    records: list[list[int]]
+
+
+class ModelInfo(_Model):
+    """The released model.
+
+    ``gaussian-copula`` (DPCopula): one-way tables of every attribute and the latent normal's
+    ``correlation`` matrix (rows and columns in domain attribute order; symmetric, positive
+    definite, unit diagonal) with the estimator that produced it. ``kway-marginals``: every table
+    of 1..``max_order`` attributes; ``correlation`` null. ``total`` is the DP estimate of the
+    number of records. ``synthetic`` (null unless configured) is a sample from the model.
+    """
+
+    kind: Literal["gaussian-copula", "kway-marginals"]
+    correlation_estimator: Literal["kendall", "mle", "median"] | None
+    max_order: int = Field(ge=1)
+    consistent: bool
+    marginals: list[MarginalTable]
+    correlation: list[list[float]] | None
+    total: float = Field(ge=0)
+    synthetic: SyntheticSample | None
+
+
+class ModelReleaseMessage(_Model):
+    """One timestep's model release (``release.mechanism`` copula | marginals; key = stream id).
+
+    Every field but ``model`` and ``method.mechanism`` means what it means in a release message.
+    ``accuracy`` refers to the marginal tables' counts, concatenated in ``model.marginals``
+    order (``half_width`` one number, a list in that order, or null when no interval is claimed).
+    A republished timestep repeats the last fresh model.
+    """
+
+    message_type: Literal["model-release"] = "model-release"
+    schema_version: Literal[1] = SCHEMA_VERSION
+    stream: str
+    release_id: str = Field(pattern=_HEX64)
+    timestep: TimestepInfo
+    kind: Literal["fresh", "republished"]
+    method: ModelMethodInfo
+    model: ModelInfo
+    accuracy: Accuracy
+    epsilon_spent: float = Field(ge=0, description="ε charged since the stream began")
+    epsilon_spent_exact: str = Field(pattern=_FRACTION)
+    epsilon_budget_exact: str = Field(
+        pattern=_FRACTION, description="user-level: the total budget; w-event: the budget of every window"
+    )
+    window_epsilon_spent: float | None = Field(
+        ge=0, description="w-event: ε charged in the window of w timesteps ending here; else null"
+    )
+    window_epsilon_spent_exact: str | None = Field(pattern=_FRACTION)
+    fresh_releases: int = Field(ge=0, description="fresh releases so far, this one included")
+    config_fingerprint: str = Field(pattern=_HEX64)
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(_dump(self))
 
 
 class CategoricalAttributeInfo(_Model):
@@ -352,13 +443,14 @@ class MessageBuilder:
         self.stream = settings.stream.id
         self.fingerprint = settings.fingerprint()
         self.post = settings.postprocessor()
-        self.method = MethodInfo(
-            decision=settings.release.decision,
-            mechanism=settings.release.mechanism,
-            unit=settings.privacy.unit,
-            postprocess=list(self.post.chain) or None,
-        )
+        self.view = getattr(settings.mechanism(), "view", None)  # set for a model release
+        common = dict(decision=settings.release.decision, mechanism=settings.release.mechanism,
+                      unit=settings.privacy.unit)
+        # a model release is published as released (the settings refuse release.postprocess with it)
+        self.method = (MethodInfo(**common, postprocess=list(self.post.chain) or None) if self.view is None
+                       else ModelMethodInfo(**common))
         self.schema_version = SCHEMA_VERSION_POSTPROCESS if self.post.chain else SCHEMA_VERSION
+        self.names = [a.name for a in settings.domain().attributes]
         self.budget = _frac(settings.privacy.epsilon)
         self._settings = settings
 
@@ -372,11 +464,15 @@ class MessageBuilder:
         """The message and its canonical bytes (the counts are formatted once, vectorised).
 
         ``processed``: the release after ``release.postprocess`` (the pipeline applies it, as the
-        smoothers carry state); None applies a stateless chain here.
+        smoothers carry state); None applies a stateless chain here. A model release
+        (``release.mechanism`` copula or marginals) is published as released.
 
         Raises:
             ValueError: ``processed`` is missing for a smoothing chain.
         """
+        if self.view is not None:
+            model_message = self._model_release(release, start, end)
+            return model_message, model_message.to_bytes()  # type: ignore[return-value]
         if processed is None:
             if self.post.stateful:
                 raise ValueError(f"release.postprocess {self.post.text} carries state: pass the processed release")
@@ -417,6 +513,51 @@ class MessageBuilder:
             details=details,
         )
 
+    def _model_release(self, release: Release, start: datetime, end: datetime) -> ModelReleaseMessage:
+        """The model-release message of one engine release (``release.model`` and the view's tables)."""
+        view = self.view
+        counts = _count_array(release.counts)
+        model = release.model or {}
+        tables = [MarginalTable(attributes=[self.names[a] for a in sub], shape=list(view.shape(sub)),
+                                counts=t.ravel().tolist())
+                  for sub, t in zip(view.subsets, view.split(counts), strict=True)]
+        synthetic = model.get("synthetic")
+        window = release.window_spend
+        copula = model.get("kind", "gaussian-copula" if self.method.mechanism == "copula" else "kway-marginals")
+        return ModelReleaseMessage(
+            stream=self.stream,
+            release_id=release_id(self.stream, release.timestep, self.fingerprint),
+            timestep=TimestepInfo(index=release.timestep, start=isoformat(start), end=isoformat(end)),
+            kind=release.kind,
+            method=self.method,
+            model=ModelInfo(
+                kind=copula,
+                correlation_estimator=model.get("correlation_estimator"),
+                max_order=max(len(sub) for sub in view.subsets),
+                consistent=bool(model.get("consistent", False)),
+                marginals=tables,
+                # the placeholder before any fresh release: independence (identity), nothing known
+                correlation=model.get("correlation", np.eye(len(self.names)).tolist() if copula == "gaussian-copula"
+                                      else None),
+                total=float(model.get("total", 0.0)),
+                synthetic=None if synthetic is None else SyntheticSample(attributes=self.names, records=synthetic),
+            ),
+            accuracy=Accuracy(
+                confidence=float(release.confidence),
+                half_width=_half_width(release.half_width),
+                source_timestep=release.source_timestep,
+                epsilon=float(release.epsilon_release),
+                epsilon_exact=_frac(release.epsilon_release),
+            ),
+            epsilon_spent=float(release.epsilon_spent),
+            epsilon_spent_exact=_frac(release.epsilon_spent),
+            epsilon_budget_exact=self.budget,
+            window_epsilon_spent=None if window is None else float(window),
+            window_epsilon_spent_exact=None if window is None else _frac(window),
+            fresh_releases=release.fresh_count,
+            config_fingerprint=self.fingerprint,
+        )
+
     def domain(self) -> DomainMessage:
         s = self._settings
         view = s.privacy_view()
@@ -434,11 +575,21 @@ class MessageBuilder:
         )
 
 
-def parse_message(data: bytes | str) -> ReleaseMessage | DomainMessage:
-    """Parse one message (either type) from its JSON bytes."""
+def parse_message(data: bytes | str) -> ReleaseMessage | ModelReleaseMessage | DomainMessage:
+    """Parse one message (any type) from its JSON bytes."""
     doc = json.loads(data)
     if isinstance(doc, dict) and doc.get("message_type") == "domain":
         return DomainMessage.model_validate(doc)
+    if isinstance(doc, dict) and doc.get("message_type") == "model-release":
+        return ModelReleaseMessage.model_validate(doc)
+    return ReleaseMessage.model_validate(doc)
+
+
+def parse_release(data: bytes | str) -> ReleaseMessage | ModelReleaseMessage:
+    """Parse a timestep's release message (histogram or model) from its JSON bytes."""
+    doc = json.loads(data)
+    if isinstance(doc, dict) and doc.get("message_type") == "model-release":
+        return ModelReleaseMessage.model_validate(doc)
     return ReleaseMessage.model_validate(doc)
 
 
@@ -447,6 +598,7 @@ def schemas() -> dict[str, dict[str, Any]]:
     return {
         "release.schema.json": ReleaseMessage.model_json_schema(),
         "domain.schema.json": DomainMessage.model_json_schema(),
+        "model-release.schema.json": ModelReleaseMessage.model_json_schema(),
     }
 
 

@@ -53,6 +53,7 @@ from stream.messages import (
     MessageBuilder,
     ReleaseMessage,
     canonical_bytes,
+    parse_release,
     release_id,
 )
 
@@ -422,7 +423,7 @@ class ReleasePipeline:
                     f"index {index} / cell {cell}: the grid or first timestep changed"
                 )
             payload = str(entry["payload"]).encode("ascii")
-            message = ReleaseMessage.model_validate_json(payload)
+            message = parse_release(payload)
             if message.release_id != release_id(self.stream_id, index, self.fingerprint) or \
                     message.timestep.index != index or message.to_bytes() != payload:
                 raise StateError(f"{where} holds a payload that is not this timestep's canonical release")

@@ -446,7 +446,7 @@ def releases_by_timestep(records: list[Any]) -> dict[int, set[bytes]]:
     out: dict[int, set[bytes]] = {}
     for r in records:
         doc = json.loads(r.value)
-        if doc.get("message_type") == "release":
+        if doc.get("message_type") in ("release", "model-release"):
             out.setdefault(int(doc["timestep"]["index"]), set()).add(bytes(r.value))
     return out
 
@@ -456,7 +456,7 @@ def dedupe_by_release_id(records: list[Any]) -> dict[str, bytes]:
     kept: dict[str, bytes] = {}
     for r in records:
         doc = json.loads(r.value)
-        if doc.get("message_type") != "release":
+        if doc.get("message_type") not in ("release", "model-release"):
             continue
         rid = doc["release_id"]
         if rid in kept:

@@ -355,7 +355,7 @@ class Service:
                 msg = parse_message(value)
             except Exception:  # noqa: BLE001, S112 - not one of our messages: the journal check ignores it
                 continue
-            if getattr(msg, "message_type", "") == "release" and msg.stream == self.stream_id:
+            if getattr(msg, "message_type", "") in ("release", "model-release") and msg.stream == self.stream_id:
                 published.append((msg.timestep.index, _sha256(value), msg.release_id))
                 if self.public is not None and msg.config_fingerprint == self.fingerprint:
                     self.public.add(value)  # already public: the page shows history after a restart

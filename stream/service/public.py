@@ -11,7 +11,7 @@ What it serves — and nothing else (``docs/privacy.md`` §9):
 * ``/api/domain``: the stream's domain message, byte for byte as on the output
   topic (what each bin means, and the public privacy configuration);
 * ``/api/releases/latest``: the latest release message, byte for byte as on the
-  output topic;
+  output topic (a ``model-release`` message when ``release.mechanism`` is copula or marginals);
 * ``/api/releases?from=A&to=B``: the retained releases with ``A <= index < B``
   (both optional), oldest first, in an envelope that says what is retained;
 * ``/api``: this list, as JSON.
@@ -95,7 +95,7 @@ class ReleaseFeed:
         """Hold one published message; False (ignored) if it is not a release message."""
         try:
             doc = json.loads(message)
-            if doc.get("message_type") != "release":
+            if doc.get("message_type") not in ("release", "model-release"):
                 return False
             index = int(doc["timestep"]["index"])
         except (ValueError, TypeError, KeyError, AttributeError):
@@ -177,7 +177,9 @@ def make_public_app(feed: ReleaseFeed, domain: Callable[[], bytes | None]) -> Ca
         body = {
             "endpoints": {
                 "/api/domain": "the domain message (schema: stream/schemas/domain.schema.json)",
-                "/api/releases/latest": "the latest release message (schema: stream/schemas/release.schema.json)",
+                "/api/releases/latest": "the latest release message (schema: stream/schemas/release.schema.json; "
+                                        "a model release, message_type model-release: "
+                                        "stream/schemas/model-release.schema.json)",
                 "/api/releases?from=A&to=B": "retained releases with A <= timestep index < B, oldest first",
             },
             "retained": feed.retained().to_json(),

@@ -311,7 +311,7 @@ class FakeKafka:
         out: dict[int, list[bytes]] = {}
         for _, _, value in self.tail:
             doc = json.loads(value)
-            if doc.get("message_type") == "release":
+            if doc.get("message_type") in ("release", "model-release"):
                 out.setdefault(int(doc["timestep"]["index"]), []).append(value)
         return out
 

@@ -6,7 +6,9 @@
   const params = new URLSearchParams(window.location.search);
   const POLL_MS = Math.max(100, Number(params.get("poll")) || 1000);
   const SERIES_N = 200;     // latest points drawn in the time series (and kept in the page)
-  const st = { domain: null, shape: [], labels: [], releases: [], next: null, sel: [0, 0], anchor: 0 };
+  const st = { domain: null, shape: [], labels: [], releases: [], next: null, sel: [0, 0], anchor: 0,
+    modelMode: false, tables: [], cells: 0 };
+  const MODEL_MECHANISMS = ["copula", "marginals"]; // model-release messages (docs/api.md)
 
   const $ = (id) => document.getElementById(id);
   function el(name, attrs, parent, text) {
@@ -51,8 +53,36 @@
     return c;
   }
   function binLabel(b) {
-    const c = coords(b), attrs = st.domain.domain.attributes;
+    const attrs = st.domain.domain.attributes;
+    if (st.modelMode) { // a cell of one of the released tables (their concatenation, in message order)
+      const t = st.tables.find((t) => b >= t.offset && b < t.offset + t.size);
+      if (!t) return "cell " + b;
+      let i = b - t.offset;
+      const c = new Array(t.shape.length);
+      for (let d = t.shape.length - 1; d >= 0; d--) { c[d] = i % t.shape[d]; i = Math.floor(i / t.shape[d]); }
+      return c.map((v, d) => t.attributes[d] + " " + st.labels[t.index[d]][v]).join(", ");
+    }
+    const c = coords(b);
     return c.map((v, d) => attrs[d].name + " " + st.labels[d][v]).join(", ");
+  }
+  function unit() { return st.modelMode ? "cell" : "bin"; }
+  // a model release: its tables' counts, concatenated, play the part of a histogram's counts
+  function adoptModel(r) {
+    if (r.message_type !== "model-release") return r;
+    const names = st.domain.domain.attributes.map((a) => a.name);
+    if (!st.tables.length) {
+      let offset = 0;
+      st.tables = r.model.marginals.map((t) => {
+        const size = t.shape.reduce((a, b) => a * b, 1);
+        const out = { attributes: t.attributes, shape: t.shape, offset, size, index: t.attributes.map((a) => names.indexOf(a)) };
+        offset += size;
+        return out;
+      });
+      st.cells = offset;
+      for (const id of ["sel-from", "sel-to"]) $(id).max = st.cells - 1;
+    }
+    r.counts = [].concat(...r.model.marginals.map((t) => t.counts));
+    return r;
   }
   function setupDomain() {
     const d = st.domain;
@@ -60,7 +90,11 @@
     st.labels = d.domain.attributes.map(attrLabels);
     $("stream").textContent = d.stream;
     const names = d.domain.attributes.map((a) => a.name).join(" × ");
-    $("chart-title").textContent = "Latest counts by " + names + " (" + d.bins + " bins)";
+    st.modelMode = MODEL_MECHANISMS.includes(((d.config || {}).release || {}).mechanism);
+    $("chart-title").textContent = st.modelMode
+      ? "Latest released marginals of " + names + " (a model release: no count per bin of the " + d.bins + ")"
+      : "Latest counts by " + names + " (" + d.bins + " bins)";
+    if (st.modelMode) for (const id of ["sel-from-label", "sel-to-label"]) $(id).firstChild.textContent = id.startsWith("sel-from") ? "from cell " : "to cell ";
     for (const id of ["sel-from", "sel-to"]) $(id).max = d.bins - 1;
     $("select-form").addEventListener("change", () => {
       const a = clampBin($("sel-from").value), b = clampBin($("sel-to").value);
@@ -69,7 +103,10 @@
     });
     $("select-form").addEventListener("submit", (e) => e.preventDefault());
   }
-  function clampBin(v) { return Math.max(0, Math.min(st.domain.bins - 1, Math.floor(Number(v) || 0))); }
+  function clampBin(v) {
+    const n = st.modelMode ? Math.max(1, st.cells) : st.domain.bins;
+    return Math.max(0, Math.min(n - 1, Math.floor(Number(v) || 0)));
+  }
   function pick(b, extend) {
     if (extend) st.sel = [Math.min(st.anchor, b), Math.max(st.anchor, b)];
     else { st.sel = [b, b]; st.anchor = b; }
@@ -113,7 +150,7 @@
   function ingest(list) {
     if (!list.length) return;
     const byIndex = new Map(st.releases.map((r) => [r.timestep.index, r]));
-    for (const r of list) byIndex.set(r.timestep.index, r); // a re-sent release replaces its copy
+    for (const r of list) byIndex.set(r.timestep.index, adoptModel(r)); // a re-sent release replaces its copy
     st.releases = Array.from(byIndex.values()).sort((a, b) => a.timestep.index - b.timestep.index).slice(-SERIES_N);
     st.next = st.releases[st.releases.length - 1].timestep.index + 1;
     render();
@@ -124,6 +161,12 @@
     const latest = st.releases[st.releases.length - 1];
     if (!latest) return;
     renderCards(latest);
+    if (st.modelMode) {
+      renderMarginals(latest);
+      renderCorrelation(latest);
+      renderSeries();
+      return;
+    }
     const heat = st.shape.length === 2;
     if (heat) renderHeat(latest); else renderBars(latest);
     $("chart-note").textContent = "Counts are noisy: a count can be negative" + (heat ? " (orange cells)" : " (orange bars)") +
@@ -139,9 +182,10 @@
     const kind = $("kind");
     kind.textContent = r.kind;
     kind.className = "badge " + r.kind;
+    const what = st.modelMode ? "model" : "counts";
     if (isPlaceholder(r)) $("kind-note").textContent = "no fresh release yet: an all-zero placeholder";
-    else if (r.kind === "fresh") $("kind-note").textContent = "new noisy counts, cost ε = " + fmt(r.accuracy.epsilon);
-    else $("kind-note").textContent = "the counts of timestep " + r.accuracy.source_timestep + " sent again (no ε spent)";
+    else if (r.kind === "fresh") $("kind-note").textContent = "new noisy " + what + ", cost ε = " + fmt(r.accuracy.epsilon);
+    else $("kind-note").textContent = "the " + what + " of timestep " + r.accuracy.source_timestep + " sent again (no ε spent)";
     const budget = frac(r.epsilon_budget_exact), cfg = st.domain.config || {};
     let used, note;
     if (r.method.unit === "w-event") {
@@ -160,12 +204,14 @@
     $("budget-note").textContent = note;
     $("budget-bar").style.width = Math.max(0, Math.min(100, 100 * used / budget)) + "%";
     const hw = halfWidths(r).filter((x) => x !== null);
-    if (!hw.length) $("accuracy").textContent = "no fresh release yet";
+    const per = st.modelMode ? " per marginal count at " : " per bin at ";
+    if (!hw.length) $("accuracy").textContent = isPlaceholder(r) ? "no fresh release yet" : "no interval claimed (consistent tables)";
     else {
       const lo = Math.min(...hw), hi = Math.max(...hw), conf = Math.round(r.accuracy.confidence * 1000) / 10;
-      $("accuracy").textContent = "± " + (lo === hi ? fmt(lo) : fmt(lo) + "–" + fmt(hi)) + " per bin at " + conf + "%";
+      $("accuracy").textContent = "± " + (lo === hi ? fmt(lo) : fmt(lo) + "–" + fmt(hi)) + per + conf + "%";
     }
-    $("method").textContent = r.method.decision + " · " + r.method.mechanism + " · " + r.method.unit +
+    const estimator = r.model && r.model.correlation_estimator ? " (" + r.model.correlation_estimator + ")" : "";
+    $("method").textContent = r.method.decision + " · " + r.method.mechanism + estimator + " · " + r.method.unit +
       " · " + r.fresh_releases + " fresh so far";
   }
   function extent(vals) {
@@ -252,10 +298,85 @@
       "colour: " + fmt(lo) + " (orange: negative) … " + fmt(hi) + "; counts ± " + (hw[0] === null ? "–" : fmt(Math.max(...hw.filter((x) => x !== null)))));
     $("chart").replaceChildren(svg);
   }
+  // -- model releases: one bar chart per released one-way table, the correlation as a heat map --
+  function renderMarginals(r) {
+    const hw = halfWidths(r), box = document.createElement("div");
+    box.id = "marginals";
+    box.className = "marginals";
+    for (const t of st.tables) {
+      if (t.shape.length !== 1) continue;
+      const W = 420, H = 220, L = 46, R = 8, T = 22, B = 50, n = t.size;
+      const vals = r.counts.slice(t.offset, t.offset + n), ws = hw.slice(t.offset, t.offset + n);
+      const [lo, hi] = extent(vals.flatMap((c, i) => ws[i] === null ? [c] : [c - ws[i], c + ws[i]]));
+      const y = (v) => T + (hi - v) / (hi - lo) * (H - T - B);
+      const svg = el("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "data-attr": t.attributes[0] });
+      el("text", { x: L, y: 14, class: "mtitle" }, svg, t.attributes[0]);
+      yAxis(svg, y, lo, hi, L, W - R);
+      const bw = (W - L - R) / n, every = Math.ceil(n / 16);
+      vals.forEach((c, i) => {
+        const b = t.offset + i, x = L + i * bw, sel = b >= st.sel[0] && b <= st.sel[1];
+        const cls = "bar mbar" + (c < 0 ? " neg" : "") + (r.kind === "republished" ? " republished" : "") + (sel ? " selected" : "");
+        const bar = el("rect", { x: x + bw * 0.1, width: Math.max(1, bw * 0.8), y: Math.min(y(c), y(0)),
+          height: Math.max(1, Math.abs(y(c) - y(0))), class: cls, "data-bin": b, "data-count": c }, svg);
+        el("title", {}, bar, binLabel(b) + ": " + fmt(c) + (ws[i] === null ? "" : " ± " + fmt(ws[i])));
+        bar.addEventListener("click", (e) => pick(b, e.shiftKey));
+        if (ws[i] !== null) {
+          const cx = x + bw / 2;
+          el("line", { x1: cx, x2: cx, y1: y(c - ws[i]), y2: y(c + ws[i]), class: "err" }, svg);
+        }
+        if (i % every === 0) {
+          const lx = x + bw / 2, ly = H - B + 14;
+          el("text", { x: lx, y: ly, "text-anchor": "end", transform: "rotate(-35 " + lx + " " + ly + ")" }, svg,
+            st.labels[t.index[0]][i]);
+        }
+      });
+      const wrap = document.createElement("div");
+      wrap.className = "mchart";
+      wrap.appendChild(svg);
+      box.appendChild(wrap);
+    }
+    $("chart").replaceChildren(box);
+    const more = st.tables.filter((t) => t.shape.length > 1).length, m = r.model;
+    $("chart-note").textContent = "One bar chart per attribute: its released one-way marginal (noisy counts" +
+      (hw.some((x) => x !== null) ? ", whiskers ± the accuracy half-width" : "") + "). " +
+      (more ? more + " released table(s) of 2 or more attributes are in the API and can be followed below (cells after the one-way tables). " : "") +
+      "DP estimate of the records: " + fmt(m.total) + "." +
+      (m.synthetic ? " Synthetic sample: " + m.synthetic.records.length + " records (in /api/releases)." : "") +
+      " Click a bar to follow it below; shift-click another to follow the range between them.";
+  }
+  function corrColour(v) { // blue positive, orange negative, white at 0
+    const t = Math.min(1, Math.abs(v));
+    return v >= 0 ? "rgb(" + Math.round(255 - 224 * t) + "," + Math.round(255 - 144 * t) + "," + Math.round(255 - 20 * t) + ")"
+      : "rgb(" + Math.round(255 - 61 * t) + "," + Math.round(255 - 190 * t) + "," + Math.round(255 - 243 * t) + ")";
+  }
+  function renderCorrelation(r) {
+    const c = r.model && r.model.correlation, panel = $("corr-panel");
+    panel.hidden = !c;
+    if (!c) return;
+    const names = st.domain.domain.attributes.map((a) => a.name), m = names.length;
+    const L = 110, T = 10, cs = Math.max(26, Math.min(60, 560 / m)), W = L + m * cs + 10, H = T + m * cs + 50;
+    const svg = el("svg", { viewBox: "0 0 " + W + " " + H, role: "img", class: "corr-svg" });
+    for (let i = 0; i < m; i++) {
+      for (let j = 0; j < m; j++) {
+        const v = c[i][j];
+        const cell = el("rect", { x: L + j * cs, y: T + i * cs, width: cs, height: cs, fill: corrColour(v),
+          class: "cell corr-cell", "data-i": i, "data-j": j, "data-value": v }, svg);
+        el("title", {}, cell, names[i] + " × " + names[j] + ": " + v.toFixed(3));
+        el("text", { x: L + (j + 0.5) * cs, y: T + (i + 0.5) * cs + 4, "text-anchor": "middle", class: "cell-text" }, svg, v.toFixed(2));
+      }
+      el("text", { x: L - 6, y: T + (i + 0.5) * cs + 4, "text-anchor": "end" }, svg, names[i]);
+      const lx = L + (i + 0.5) * cs, ly = T + m * cs + 12;
+      el("text", { x: lx, y: ly, "text-anchor": "end", transform: "rotate(-35 " + lx + " " + ly + ")" }, svg, names[i]);
+    }
+    $("corr").replaceChildren(svg);
+    $("corr-note").textContent = "Correlation of the latent Gaussian vector of the copula (estimator: " +
+      r.model.correlation_estimator + "), projected to the nearest valid correlation matrix; blue positive, orange negative." +
+      (r.kind === "republished" ? " Republished: the model of timestep " + r.accuracy.source_timestep + "." : "");
+  }
   function renderSeries() {
-    const [a, b] = st.sel, k = b - a + 1;
+    const [a, b] = st.sel, k = b - a + 1, u = unit();
     $("sel-from").value = a; $("sel-to").value = b;
-    $("selection").textContent = k === 1 ? "bin " + a + " (" + binLabel(a) + ")" : "bins " + a + "–" + b + " (sum of " + k + ")";
+    $("selection").textContent = k === 1 ? u + " " + a + " (" + binLabel(a) + ")" : u + "s " + a + "–" + b + " (sum of " + k + ")";
     const pts = st.releases.slice(-SERIES_N).map((r) => {
       let v = 0, w = 0;
       const hw = halfWidths(r);
