@@ -150,3 +150,38 @@ def highdim_stream(timesteps: int, population: int, seed: int, params: HighDimPa
         for j in range(m):
             codes[:, j] = np.searchsorted(cuts[j], z[:, j])
         yield _Chunk(t, ids, codes)
+
+
+# -- the public query workload of `dpstream evaluate --mechanisms` -----------------------
+
+#: range-query families: boxes constraining 1, 2, 3 attributes, or every attribute (the thesis's ch. 3 queries)
+RANGE_KINDS = ("range1", "range2", "range3", "range_all")
+
+
+def random_boxes(levels: tuple[int, ...], constrained: int, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` boxes (inclusive ``lo``, ``hi``, each ``(count, m)``) each constraining ``constrained`` attributes.
+
+    Each constrained attribute gets a random sub-interval of its levels that is not the whole range;
+    the others are left whole. Public workload (seeded numpy generator), never privacy noise.
+    """
+    m = len(levels)
+    if not 1 <= constrained <= m:
+        raise ValueError(f"a box constrains 1 to {m} attributes, got {constrained}")
+    rng = np.random.default_rng([seed, 0xB0C5, constrained])
+    top = np.asarray(levels, dtype=np.int64) - 1
+    lo = np.zeros((count, m), dtype=np.int64)
+    hi = np.tile(top, (count, 1))
+    for q in range(count):
+        for j in rng.choice(m, size=constrained, replace=False):
+            a, b = sorted(rng.integers(0, levels[j], size=2).tolist())
+            if a == 0 and b == top[j]:
+                b -= 1
+            lo[q, j], hi[q, j] = a, b
+    return lo, hi
+
+
+def query_workload(levels: tuple[int, ...], count: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``count`` boxes of every :data:`RANGE_KINDS` kind (``range3`` only with ≥ 3 attributes)."""
+    m = len(levels)
+    sizes = {"range1": 1, "range2": 2, "range3": 3, "range_all": m}
+    return {kind: random_boxes(levels, d, count, seed) for kind, d in sizes.items() if d <= m}
