@@ -516,7 +516,7 @@ def plot_mechanisms(result: dict[str, Any], path: str | Path, *, title: str = ""
              if any(row.get(k) is not None for row in result["methods"].values())]
     names = list(result["methods"])
     ratios = result.get("ratio_to_lpa")
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(kinds), 3.6))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(kinds), 4.0))
     width = 0.8 / max(1, len(names))
     for i, name in enumerate(names):
         row = result["methods"][name]
@@ -532,7 +532,7 @@ def plot_mechanisms(result: dict[str, Any], path: str | Path, *, title: str = ""
     else:
         ax.set_ylabel("mean error")
     ax.set_title(title or f"{result['attributes']} attributes, {result['cells']:,} cells", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=min(len(names), 4), loc="upper center", bbox_to_anchor=(0.5, -0.1), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
