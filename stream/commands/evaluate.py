@@ -316,16 +316,24 @@ def _run_mechanisms(args: argparse.Namespace) -> int:
     print(f"dpstream evaluate: {truth.report.summary()}", file=sys.stderr)
     for line in truth.report.details():
         print(f"  {line}", file=sys.stderr)
+    from stream.lab.progress import progress_bar
+
+    bar = progress_bar(len(names) * args.runs * truth.timesteps,
+                       {"auto": None, "on": True, "off": False}[args.progress], "evaluate mechanisms", unit="timestep")
     try:
         result = evaluate_mechanisms(settings, truth, names, runs=args.runs, queries=max(1, args.queries),
                                      seed=args.seed, sanity=args.sanity, schedule=schedule,
-                                     max_cells=args.max_cells, synthetic=args.synthetic)
+                                     max_cells=args.max_cells, synthetic=args.synthetic,
+                                     progress=bar.update if bar is not None else None)
     except (EvaluationError, ConfigError) as exc:
         _err(str(exc))
         return EXIT_USAGE
     except (StateError, ConfigurationError, HistogramError) as exc:
         _err(f"the release path stopped: {exc}")
         return EXIT_FAILURE
+    finally:
+        if bar is not None:
+            bar.close()
     result["input"] = {"kind": "events", "contribution_bounding":
                        f"applied: at most {settings.privacy.contribution_bound} record(s) per person per timestep"}
     for name, why in result["skipped"].items():
