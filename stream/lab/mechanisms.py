@@ -403,6 +403,18 @@ def _errors(pub: _Published, truth: _Truth, workload, sanity: float) -> dict[str
     return out
 
 
+def zero_release(truths: Sequence[_Truth], workload, levels: tuple[int, ...], tables, sanity: float) -> dict[str, float]:
+    """The errors of publishing nothing (every answer 0) at every timestep: private at any ε (ε = 0).
+
+    A mechanism whose error is not below this one's is no better than releasing nothing."""
+    zero = _publish(_Zeros(levels), workload, tables)
+    sums: dict[str, float] = {}
+    for tr in truths:
+        for k, v in _errors(zero, tr, workload, sanity).items():
+            sums[k] = sums.get(k, 0.0) + v
+    return {k: v / max(1, len(truths)) for k, v in sums.items()}
+
+
 def evaluate_mechanisms(
     settings: Settings,
     truth: RecordTruth,
@@ -480,6 +492,8 @@ def evaluate_mechanisms(
         "schedule": {"name": schedule, "fresh_epsilon": [None if e is None else str(e) for e in plan]},
         "methods": methods,
         "skipped": skipped,
+        "references": {"zero-release": {**zero_release(truths, workload, levels, tables, sanity), "private": True,
+                                        "what": "publish nothing: every answer 0 (uses no data, ε = 0)"}},
     }
     if "lpa" in methods:
         lpa = methods["lpa"]
@@ -502,6 +516,10 @@ def mechanisms_table(result: dict[str, Any]) -> str:
                      f"{row['fresh_releases']:.0f}", f"{row['epsilon_spent']:.4g}"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    zero = result.get("references", {}).get("zero-release")
+    if zero:
+        cells = ["zero-release", *(f"{zero[k]:.4g}" if zero.get(k) is not None else "-" for k in kinds), "0", "0"]
+        lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)))
     for name, why in result.get("skipped", {}).items():
         lines.append(f"{name}: skipped: {why}")
     return "\n".join(lines)

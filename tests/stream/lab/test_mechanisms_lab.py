@@ -134,3 +134,13 @@ def test_cli(highdim, tmp_path, capsys):
     assert "unknown mechanism" in capsys.readouterr().err
     assert main([*args, "--mechanisms", "lpa", "--methods", "dsat"]) == 2
     assert "fixed or uniform" in capsys.readouterr().err
+
+
+def test_zero_release_reference_is_the_truth_itself(highdim):
+    s = load_settings(highdim / "config.yaml")
+    rec = load_records(s, highdim / "events.csv")
+    r = evaluate_mechanisms(s, rec, ["marginals-1"], runs=1, queries=10)
+    zero = r["references"]["zero-release"]
+    n = np.mean([x.shape[0] for x in rec.records])
+    assert zero["range1_abs"] > 0 and zero["marg1"] == pytest.approx(1.0) and zero["marg2"] == pytest.approx(1.0)
+    assert zero["range_all_abs"] < zero["range1_abs"] <= n
