@@ -284,15 +284,26 @@ class _KWayAnswers(_Answers):
         self.syn = None if synthetic is None else synthetic.astype(np.int16)
         self.top = np.asarray(levels) - 1
 
+    def _share(self, j: int) -> np.ndarray:
+        p = self.rel.marginal((j,))
+        return p / p.sum() if p.sum() > 0 else np.full(p.size, 1.0 / p.size)
+
     def box(self, lo, hi) -> float:
-        active = int(((lo > 0) | (hi < self.top)).sum())
-        if active <= self.rel.max_order or self.syn is None:
+        active = np.flatnonzero((lo > 0) | (hi < self.top))
+        if active.size <= self.rel.max_order:
             return self.rel.range_count(lo, hi)
+        if self.syn is None:  # R = 1: attributes taken as independent
+            return self.rel.total * float(np.prod([self._share(j)[lo[j]:hi[j] + 1].sum() for j in active]))
         return self.rel.total * _sample_share(self.syn, self.top, lo, hi)
 
     def marginal(self, attrs):
         if len(attrs) <= self.rel.max_order:
             return self.rel.marginal(attrs)
+        if self.syn is None:
+            out = np.asarray(self.rel.total)
+            for j in attrs:
+                out = np.multiply.outer(out, self._share(j))
+            return out
         return _table(self.syn, tuple(int(t) + 1 for t in self.top), attrs) * self.rel.total / max(1, self.syn.shape[0])
 
 
