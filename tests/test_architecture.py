@@ -113,7 +113,7 @@ def _dotted(node: ast.AST) -> str:
 
 # Synthetic data generation, evaluation workloads and the demo's traffic are public
 # inputs, not noise: they may use their own seeded generators and never touch releases.
-PUBLIC_WORKLOAD = ("stream/lab/generate.py", "stream/lab/families.py", "stream/lab/evaluate.py", "stream/lab/metrics.py", "stream/commands/demo.py")
+PUBLIC_WORKLOAD = ("stream/lab/generate.py", "stream/lab/families.py", "stream/lab/highdim.py", "stream/lab/evaluate.py", "stream/lab/metrics.py", "stream/commands/demo.py")
 
 
 def test_randomness_only_in_the_noise_module():

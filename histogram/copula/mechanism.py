@@ -357,22 +357,47 @@ def posterior_from_table(cells: np.ndarray, zj: float, zk: float, scale: float) 
 
 
 def _partition_sums(x: np.ndarray, part: np.ndarray, parts: int, resolution: int, ps) -> np.ndarray:
-    """Σ over parts of ``round(K · r_t)`` per pair, ``r_t`` the part's normal-scores correlation (0 if < 3 records)."""
-    from scipy.stats import rankdata
+    """Σ over parts of ``round(K · r_t)`` per pair, ``r_t`` the part's normal-scores correlation (0 if < 3 records).
 
+    Records are discrete levels, so each part's mid-ranks come from counting:
+    a level ``v`` held by ``N_t[v]`` records of part ``t`` has mid-rank
+    ``cum_t[v] − (N_t[v] − 1)/2`` (``cum_t`` the cumulative count), exactly
+    the ``average`` ranks of a sort, without importing ``scipy.stats`` (which
+    alone took ~1 s of a 10⁹-cell step). The normal score of a record is
+    ``Φ⁻¹(mid-rank/(n_t + 1))``; per part and pair, Pearson's r of the scores
+    comes from per-part sums (one weighted ``bincount`` each), so the cost is
+    O(n·m²) whatever the number of parts. A constant column in a part gives r = 0.
+    """
+    m = x.shape[1]
     out = np.zeros(len(ps), dtype=np.int64)
-    order = np.argsort(part, kind="stable")
-    bounds = np.searchsorted(part[order], np.arange(parts + 1))
-    for t in range(parts):
-        rows = x[order[bounds[t] : bounds[t + 1]]]
-        n_t = rows.shape[0]
-        if n_t < 3:
-            continue
-        scores = ndtri(rankdata(rows, axis=0) / (n_t + 1))
-        scores -= scores.mean(axis=0)
-        norms = np.sqrt((scores**2).sum(axis=0))
+    if x.shape[0] == 0:
+        return out
+    part = np.asarray(part, dtype=np.int64)
+    n_t = np.bincount(part, minlength=parts).astype(np.float64)
+    scores = np.empty(x.shape, dtype=np.float64)
+    for j in range(m):
+        levels = int(x[:, j].max()) + 1
+        key = part * levels + x[:, j]
+        counts = np.bincount(key, minlength=parts * levels).reshape(parts, levels).astype(np.float64)
+        mid = np.cumsum(counts, axis=1) - (counts - 1) / 2
+        table = ndtri(mid / (n_t[:, None] + 1))
+        scores[:, j] = table.reshape(-1)[key]
+    sums = np.stack([np.bincount(part, weights=scores[:, j], minlength=parts) for j in range(m)], axis=1)
+    safe_n = np.maximum(n_t, 1.0)
+    cross = {}
+
+    def centred(j: int, k: int) -> np.ndarray:
+        if (j, k) not in cross:
+            raw = np.bincount(part, weights=scores[:, j] * scores[:, k], minlength=parts)
+            cross[(j, k)] = raw - sums[:, j] * sums[:, k] / safe_n
+        return cross[(j, k)]
+
+    enough = n_t >= 3
+    # a column constant within a part has variance 0 (up to rounding): its r is 0
+    var = [np.where(centred(j, j) > 1e-9 * safe_n, centred(j, j), np.nan) for j in range(m)]
+    for i, (j, k) in enumerate(ps):
         with np.errstate(invalid="ignore", divide="ignore"):
-            r = (scores.T @ scores) / np.outer(norms, norms)
-        r = np.nan_to_num(np.clip(r, -1.0, 1.0), nan=0.0)
-        out += np.array([int(np.rint(resolution * r[j, k])) for j, k in ps], dtype=np.int64)
+            r = centred(j, k) / np.sqrt(var[j] * var[k])
+        r = np.nan_to_num(np.clip(r, -1.0, 1.0), nan=0.0, posinf=0.0, neginf=0.0)
+        out[i] = int(np.rint(resolution * r[enough]).astype(np.int64).sum())
     return out

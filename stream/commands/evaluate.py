@@ -88,6 +88,17 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="stop at the first bad input row (exit 1)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: only on a terminal)")
+    p.add_argument("--mechanisms", default=None,
+                   help="compare release mechanisms instead of decision methods (issue 15): any of lpa, psd, copula, "
+                        "copula-kendall, copula-mle, copula-median, marginals, marginals-1..3, run on the records "
+                        "(the histogram is never built for copula/marginals) under one public schedule, --methods "
+                        "fixed (default) or uniform, at the config's epsilon and C; range-box and marginal queries")
+    p.add_argument("--max-cells", type=_int_at_least(1), default=10_000_000,
+                   help="--mechanisms: lpa and psd build the full histogram only up to this many cells; above, "
+                        "they are skipped with the reason (default 10,000,000)")
+    p.add_argument("--synthetic", type=_int_at_least(1), default=100_000,
+                   help="--mechanisms: synthetic records per copula/marginals release, for boxes wider than their "
+                        "closed forms (default 100,000)")
     p.add_argument("--jobs", type=_int_at_least(0), default=0,
                    help="methods evaluated in parallel processes (default 0: one per core; 1: none); "
                         "the results do not depend on it")
@@ -140,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
         parse_methods,
     )
 
+    if args.mechanisms is not None:
+        return _run_mechanisms(args)
     try:
         settings = load_settings(args.config)
         if args.recommend:
@@ -248,6 +261,96 @@ def run(args: argparse.Namespace) -> int:
         except PlotUnavailableError as exc:  # checked before the run; only if it vanished meanwhile
             _err(str(exc))
             return EXIT_USAGE
+        except OSError as exc:
+            _err(f"cannot write {args.plot}: {exc.strerror or exc}")
+            return EXIT_USAGE
+    return EXIT_OK
+
+
+def _run_mechanisms(args: argparse.Namespace) -> int:
+    """``--mechanisms``: release mechanisms on the records (stream.lab.mechanisms)."""
+    from controller.errors import ConfigurationError, StateError
+    from histogram.errors import HistogramError
+    from stream.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+    from stream.config import ConfigError, load_settings
+    from stream.lab.evaluate import EvaluationError, InputError
+    from stream.lab.mechanisms import (
+        SCHEDULES,
+        evaluate_mechanisms,
+        load_records,
+        mechanisms_table,
+        parse_mechanisms,
+        plot_mechanisms,
+    )
+
+    try:
+        settings = load_settings(args.config)
+        names = parse_mechanisms(args.mechanisms)
+        schedule = (args.methods or "fixed").strip().lower()
+        if schedule not in SCHEDULES:
+            raise EvaluationError(f"with --mechanisms, --methods names the one public schedule every mechanism runs: "
+                                  f"{' or '.join(SCHEDULES)}, got {args.methods!r}")
+        if args.recommend or args.true_versions.strip():
+            raise EvaluationError("--recommend and --true compare decision methods: drop them with --mechanisms")
+        if args.input_kind == "counts":
+            raise EvaluationError("--mechanisms reads the records of an events file, not a counts file")
+    except (ConfigError, EvaluationError) as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    if args.plot:
+        from stream.lab.plot import MISSING, matplotlib_available
+
+        if not matplotlib_available():
+            _err(f"--plot {args.plot}: {MISSING}; or drop --plot")
+            return EXIT_USAGE
+    for flag, target in (("--json", args.json_out), ("--plot", args.plot)):
+        problem = _unwritable(target) if target else None
+        if problem:
+            _err(f"{flag} {target}: {problem}")
+            return EXIT_USAGE
+    try:
+        truth = load_records(settings, args.input, strict=args.strict)
+    except InputError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    print(f"dpstream evaluate: {truth.report.summary()}", file=sys.stderr)
+    for line in truth.report.details():
+        print(f"  {line}", file=sys.stderr)
+    from stream.lab.progress import progress_bar
+
+    bar = progress_bar(len(names) * args.runs * truth.timesteps,
+                       {"auto": None, "on": True, "off": False}[args.progress], "evaluate mechanisms", unit="timestep")
+    try:
+        result = evaluate_mechanisms(settings, truth, names, runs=args.runs, queries=max(1, args.queries),
+                                     seed=args.seed, sanity=args.sanity, schedule=schedule,
+                                     max_cells=args.max_cells, synthetic=args.synthetic,
+                                     progress=bar.update if bar is not None else None)
+    except (EvaluationError, ConfigError) as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except (StateError, ConfigurationError, HistogramError) as exc:
+        _err(f"the release path stopped: {exc}")
+        return EXIT_FAILURE
+    finally:
+        if bar is not None:
+            bar.close()
+    result["input"] = {"kind": "events", "contribution_bounding":
+                       f"applied: at most {settings.privacy.contribution_bound} record(s) per person per timestep"}
+    for name, why in result["skipped"].items():
+        print(f"dpstream evaluate: note: {name} skipped: {why}", file=sys.stderr)
+    text = json.dumps(result, indent=2, allow_nan=False)
+    print(mechanisms_table(result), file=sys.stdout if args.json_out else sys.stderr)
+    if args.json_out:
+        try:
+            Path(args.json_out).write_text(text + "\n")
+        except OSError as exc:
+            _err(f"cannot write {args.json_out}: {exc.strerror or exc}")
+            return EXIT_USAGE
+    else:
+        print(text)
+    if args.plot:
+        try:
+            plot_mechanisms(result, args.plot, title=f"dpstream evaluate --mechanisms: {Path(args.input).name}")
         except OSError as exc:
             _err(f"cannot write {args.plot}: {exc.strerror or exc}")
             return EXIT_USAGE

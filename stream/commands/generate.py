@@ -1,6 +1,8 @@
 """``dpstream generate census|traffic|<family>``: synthetic datasets.
 
-``census`` and ``traffic`` are the thesis's dynamic datasets (§4.5.1); the
+``census`` and ``traffic`` are the thesis's dynamic datasets (§4.5.1);
+``highdim`` a correlated, drifting population over 8–12 attributes and 10⁶+
+cells (:mod:`stream.lab.highdim`, issue 15); the
 families ``exponential``, ``sine``, ``lognormal``, ``trend``, ``randomwalk`` and
 ``sudden`` are count streams shaped like the public w-event benchmark's
 (:mod:`stream.lab.families`). Writes ``DIR/events.csv`` and a matching ``DIR/config.yaml`` (and, with
@@ -47,10 +49,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "over 10 periods) or 'traffic' (moving objects on a grid with rush hours). Writes "
             "DIR/events.csv and DIR/config.yaml. The families exponential, sine, lognormal, trend, randomwalk "
             "and sudden write count streams like the w-event benchmark's (Schaler et al., PVLDB 2023: 1000 "
-            "timesteps, largest value --scale in 10/100/1000/10000, floor 2); see docs/results.md."
+            "timesteps, largest value --scale in 10/100/1000/10000, floor 2); see docs/results.md. "
+            "'highdim' writes a population with 8-12 correlated, drifting attributes over 10^6+ cells "
+            "(issue 15), for 'dpstream evaluate --mechanisms'."
         ),
     )
-    p.add_argument("kind", choices=("census", "traffic", *FAMILY_NAMES), help="which dataset")
+    p.add_argument("kind", choices=("census", "traffic", "highdim", *FAMILY_NAMES), help="which dataset")
     p.add_argument("--timesteps", type=_positive_int, required=True, help="N, the number of timesteps")
     p.add_argument("--population", type=_positive_int, default=None,
                    help="P, people (objects) per timestep (census and traffic: required)")
@@ -67,6 +71,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--sigma", type=float, default=None, help="census: sd of m per period (default: half its mean)")
     p.add_argument("--dimensions", type=int, default=6, choices=range(1, 7), metavar="1..6",
                    help="census: keep only the first d attributes (default 6)")
+    p.add_argument("--attributes", type=int, default=8, metavar="8..12",
+                   help="highdim: number of correlated attributes (default 8)")
+    p.add_argument("--levels", type=_positive_int, default=6,
+                   help="highdim: levels per attribute (default 6: 6^8 = 1,679,616 cells; at least 10^6 cells)")
+    p.add_argument("--drift", type=float, default=1.0,
+                   help="highdim: how far dependence and marginals drift over the horizon (0 = none, default 1)")
     p.add_argument("--grid", type=_positive_int, default=64, help="traffic: cells per side (default 64)")
     p.add_argument("--timestep", default=None, help="timestep length (default 1d for census, 15m for traffic)")
     p.add_argument("--start", type=_start, default=None, help="time of the first timestep (default 2024-01-01T00:00:00Z)")
@@ -93,7 +103,15 @@ def run(args: argparse.Namespace) -> int:
     from stream.lab.families import FAMILIES, FamilyParams
     from stream.lab.generate import DEFAULT_START, generate
 
-    family = None
+    family = highdim = None
+    if args.kind == "highdim":
+        from stream.lab.highdim import HighDimParams
+
+        try:
+            highdim = HighDimParams(attributes=args.attributes, levels=args.levels, drift=args.drift)
+        except ValueError as exc:
+            print(f"dpstream generate: error: {exc}", file=sys.stderr)
+            return 2
     if args.kind in FAMILIES:
         try:
             family = FamilyParams(scale=args.scale, period=args.period)
@@ -134,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
             arrival_delay=args.arrival_delay,
             bins=args.bins,
             family=family,
+            highdim=highdim,
         )
     except ValueError as exc:
         print(f"dpstream generate: error: {exc}", file=sys.stderr)

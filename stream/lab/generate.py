@@ -53,7 +53,7 @@ __all__ = [
     "default_cutoff",
 ]
 
-Kind = Literal["census", "traffic", "exponential", "sine", "lognormal", "trend", "randomwalk", "sudden"]
+Kind = Literal["census", "traffic", "highdim", "exponential", "sine", "lognormal", "trend", "randomwalk", "sudden"]
 DEFAULT_START = datetime(2024, 1, 1, tzinfo=UTC)
 
 # -- the census domain (thesis §4.5.1) ------------------------------------------------
@@ -375,6 +375,7 @@ def generate(
     arrival_delay: float | None = None,
     bins: int = 1,
     family: Any = None,
+    highdim: Any = None,
 ) -> GenerateReport:
     """Write ``out/events.csv`` and ``out/config.yaml`` (and ``out/counts.csv`` if ``counts``).
 
@@ -402,6 +403,11 @@ def generate(
     ignored and the config declares ``privacy.population = scale · bins`` (public: the
     family's own parameter), w-event with ``w`` (default 10).
 
+    ``highdim`` (:mod:`stream.lab.highdim`, parameters ``highdim``, a
+    :class:`~stream.lab.highdim.HighDimParams`) writes ``population`` people with 8–12
+    correlated, drifting attributes over a domain of at least 10⁶ cells; w-event with ``w``
+    (default 10). Its histogram is too large for ``counts.csv``: ``counts`` is refused.
+
     Raises:
         ValueError: a parameter is out of range.
     """
@@ -419,7 +425,16 @@ def generate(
         population = max(1, math.ceil(family.scale * bins))
     if arrival_delay is not None and not (0 < arrival_delay <= 86_400):
         raise ValueError(f"--arrival-delay must lie in (0, 86400] seconds, got {arrival_delay}")
-    if kind not in ("census", "traffic") and not is_family:
+    if kind == "highdim":
+        from stream.lab.highdim import HighDimParams
+
+        highdim = highdim or HighDimParams()
+        if counts:
+            raise ValueError(
+                f"highdim has {highdim.cells:,} cells per timestep: a counts file would need that many columns "
+                "per row. Write the events only (drop --counts/--counts-only); 'dpstream evaluate --mechanisms' "
+                "reads the records and never builds the histogram")
+    if kind not in ("census", "traffic", "highdim") and not is_family:
         raise ValueError(f"unknown dataset {kind!r}: choose census, traffic or one of {', '.join(FAMILIES)}")
     if bins < 1:
         raise ValueError(f"--bins must be >= 1, got {bins}")
@@ -439,7 +454,7 @@ def generate(
         raise ValueError(f"--grid must be >= 2 cells per side, got {grid}")
     from stream.config import parse_duration
 
-    step = parse_duration(timestep or ("1d" if kind == "census" else "1h" if is_family else "15m"))
+    step = parse_duration(timestep or ("1d" if kind in ("census", "highdim") else "1h" if is_family else "15m"))
     if step.total_seconds() < 1 or step.total_seconds() != int(step.total_seconds()):
         raise ValueError(f"--timestep must be a whole number of seconds >= 1, got {timestep}")
     step_s = int(step.total_seconds())
@@ -450,6 +465,13 @@ def generate(
         info.update(family=kind, params=vars(family), max=int(series.max()), mean=float(series.mean()))
         chunks = family_chunks(series)
         header_attrs = ["bin"]
+        w = w if w is not None else min(10, timesteps)
+    elif kind == "highdim":
+        from stream.lab.highdim import highdim_attributes, highdim_stream
+
+        attrs = highdim_attributes(highdim)
+        chunks = highdim_stream(timesteps, population, seed, highdim, info=info)
+        header_attrs = [a["name"] for a in attrs]
         w = w if w is not None else min(10, timesteps)
     elif kind == "census":
         attrs = census_attributes(dimensions)
@@ -472,7 +494,7 @@ def generate(
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     shape = [int(a["bins"]) if a["kind"] == "numeric" else len(a["values"]) for a in attrs]
-    bins = int(np.prod(shape))
+    bins = math.prod(shape)
     jitter = np.random.default_rng([seed, 0x71DE])
     t0 = int(start.timestamp())
     events_path = out_dir / "events.csv"
@@ -533,8 +555,16 @@ def generate(
         if counts_fh:
             counts_fh.close()
     config_path = out_dir / "config.yaml"
-    header = (_family_comment(kind, timesteps, bins, seed, family) if is_family
-              else _config_comment(kind, timesteps, population, seed, rate, grid))
+    if is_family:
+        header = _family_comment(kind, timesteps, bins, seed, family)
+    elif kind == "highdim":
+        header = (f"# dpstream generate highdim: {timesteps} timesteps, population {population}, "
+                  f"{highdim.attributes} attributes x {highdim.levels} levels = {bins:,} cells, "
+                  f"drift {highdim.drift:g}, seed {seed}.\n"
+                  "# Synthetic correlated, drifting population (stream/lab/highdim.py); evaluate it with "
+                  "'dpstream evaluate --mechanisms lpa,psd,copula,marginals'.\n")
+    else:
+        header = _config_comment(kind, timesteps, population, seed, rate, grid)
     write_config(config_path, config, header=header)
     return GenerateReport(
         kind, events_path if events else None, config_path, counts_path, timesteps, population, rows, bins, info

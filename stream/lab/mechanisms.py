@@ -1,0 +1,567 @@
+"""``dpstream evaluate --mechanisms``: release mechanisms side by side on range and marginal queries (issue 15).
+
+The decision-method evaluation (:mod:`stream.lab.evaluate`) steps the engine,
+which needs the full histogram of every timestep. Over a high-dimensional
+domain (10⁶–10¹² cells) that histogram does not fit, and the mechanisms this
+module compares do not need it: DPCopula (:class:`histogram.copula.DPCopula`)
+and DP k-way marginals (:class:`histogram.marginals.KWayMarginals`) release
+from the record table, and answer queries from their model. So this path keeps
+the *records* of every timestep (:func:`load_records`: the service's CSV
+reader, row validation, windowing and contribution bounding, as
+:func:`stream.lab.evaluate.load_truth`, without an engine) and computes the
+true answers from them. LPA and PSD need the histogram: they are built from
+the records only when the domain has at most ``max_cells`` cells, and skipped
+(with the reason in the result) otherwise.
+
+Every mechanism runs the same public schedule at the same ε and C
+(``schedule``): ``fixed`` (:class:`controller.policies.baselines.FixedPolicy`:
+ε/C every ``⌈w/C⌉`` timesteps under w-event, every ``N // C`` under
+user-level, at most C releases) or ``uniform`` (ε/w, or ε/N, every timestep).
+Each fresh release is charged to the accountant of the config's privacy unit
+(:func:`controller.policies.baselines.accountant_for`) before its noise is
+drawn; between fresh releases the last one is republished (its answers are
+compared with the current truth). Noise comes from ``Randomness.seeded(seed + r)``
+for run ``r`` (drawer ``(stream.id, t, "release/<mechanism>")``), so runs are
+reproducible; the synthetic samples the models answer wide boxes with use
+their own drawers.
+
+Queries (public, :func:`stream.lab.highdim.query_workload`): ``queries`` random
+boxes of each kind ``range1``, ``range2``, ``range3`` (1, 2, 3 constrained
+attributes) and ``range_all`` (every attribute constrained), and every 1-way
+(``marg1``) and 2-way (``marg2``) marginal. Metrics per kind, averaged over
+timesteps and runs: mean absolute error of the box counts (records) and their
+mean relative error with the sanity bound; for marginals the L1 error of the
+table divided by the number of records (0 = exact, 2 = disjoint).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from histogram.noise import NoiseDrawer, Randomness
+from stream.config import Settings
+from stream.lab.evaluate import EvaluationError, InputError, InputReport
+from stream.lab.metrics import summarise
+
+__all__ = [
+    "MECHANISMS",
+    "QUERY_KINDS",
+    "RecordTruth",
+    "evaluate_mechanisms",
+    "load_records",
+    "parse_mechanisms",
+]
+
+#: what each ``--mechanisms`` name releases
+MECHANISMS: dict[str, str] = {
+    "lpa": "Laplace on every cell of the full histogram (needs the histogram)",
+    "psd": "private spatial decomposition over the full histogram (needs the histogram; release.psd options)",
+    "copula": "DPCopula, Kendall's tau (the paper's main variant), n0 = 0.9 x privacy.population",
+    "copula-kendall": "DPCopula, Kendall's tau, n0 = 0.9 x privacy.population",
+    "copula-mle": "DPCopula, subsample-and-aggregate normal-scores correlation (20 parts)",
+    "copula-median": "DPCopula, noisy median-split 2x2 tables (seed 001's Bayes posterior mean)",
+    "marginals": "DP k-way marginals, all tables up to R = 2, consistent, Bayesian-network synthesis",
+    "marginals-1": "DP k-way marginals, R = 1",
+    "marginals-2": "DP k-way marginals, R = 2",
+    "marginals-3": "DP k-way marginals, R = 3",
+}
+HISTOGRAM_MECHANISMS = frozenset({"lpa", "psd"})
+QUERY_KINDS = ("range1", "range2", "range3", "range_all", "marg1", "marg2")
+SCHEDULES = ("fixed", "uniform")
+DEFAULT_MAX_CELLS = 10_000_000
+DEFAULT_SYNTHETIC = 100_000
+
+
+def parse_mechanisms(text: str) -> list[str]:
+    """``"lpa,copula"`` → ``["lpa", "copula"]`` (known names, no repeats)."""
+    names = [m.strip().lower() for m in text.split(",") if m.strip()]
+    if not names:
+        raise EvaluationError("--mechanisms is empty: list at least one of " + ", ".join(MECHANISMS))
+    unknown = [m for m in names if m not in MECHANISMS]
+    if unknown:
+        raise EvaluationError(f"unknown mechanism(s) {', '.join(unknown)}: choose from {', '.join(MECHANISMS)}")
+    if len(set(names)) != len(names):
+        raise EvaluationError(f"--mechanisms lists a mechanism twice: {','.join(names)}")
+    return names
+
+
+# -- reading the records -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordTruth:
+    """Per-timestep record tables (``(n_t, m)`` int64 levels, after contribution bounding)."""
+
+    records: list[np.ndarray]
+    levels: tuple[int, ...]
+    report: InputReport
+
+    @property
+    def timesteps(self) -> int:
+        return len(self.records)
+
+
+def load_records(settings: Settings, path: str | Path, *, strict: bool = False) -> RecordTruth:
+    """The bounded records of every timestep of an events CSV, as the service would window them.
+
+    Same reader, validation, inclusion rule and contribution bounding as
+    :func:`stream.lab.evaluate.load_truth`, but no engine and no histogram: the
+    memory is the records', whatever the domain's size.
+    """
+    from stream.ingest.csvio import CsvError, EventCsvReader
+    from stream.ingest.events import REASONS, Rejections, validate_batch
+    from stream.ingest.windowing import ACCEPTED, Grid, Windower
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"input file {p} does not exist")
+    domain = settings.domain()
+    window = Windower(Grid.from_settings(settings), next_index=0)
+    bound = settings.privacy.contribution_bound
+    report = InputReport("events", str(p))
+    records: list[np.ndarray] = []
+    frontier = -math.inf
+
+    def seal(final: bool) -> None:
+        for cell in window.complete(frontier, final=final):
+            data = window.take(cell)
+            kept = data.bounded(bound)
+            report.bounded_out += len(data) - len(kept)
+            flat = np.asarray(kept.flat, dtype=np.int64)
+            records.append(np.stack(domain.unravel(flat), axis=1).astype(np.int64) if flat.size
+                           else np.zeros((0, len(domain.shape)), dtype=np.int64))
+            window.advance()
+
+    try:
+        reader = EventCsvReader(p, settings)
+        report.unknown_columns = list(reader.unknown_columns)
+        for block in reader:
+            batch = block.batch
+            report.rows += len(batch) + len(block.rejections)
+            rejected = [block.rejections]
+            if len(batch):
+                valid, bad = validate_batch(batch, domain)
+                rejected.append(bad)
+                arrival = block.arrival
+                status = (window.offer_recorded(valid, np.asarray(arrival, dtype=np.float64)[valid.position])
+                          if arrival is not None else window.offer_whole(valid))
+                report.accepted += int((status == ACCEPTED).sum())
+                for code in np.unique(status[status != ACCEPTED]).tolist():  # windowing's reasons, by name
+                    reason = REASONS[int(code) - 1]
+                    report.rejected[reason] = report.rejected.get(reason, 0) + int((status == code).sum())
+                if arrival is not None and arrival.size:
+                    frontier = float(arrival[-1])
+                    seal(final=False)
+            rej = Rejections.concat(rejected)
+            if len(rej):
+                if strict:
+                    r = rej.first()
+                    raise InputError(f"{p}: line {r.row}: {r.reason}: {r.detail} (--strict stops at the first "
+                                     "rejected row)")
+                report.note(rej)
+        seal(final=True)
+    except CsvError as exc:
+        raise InputError(str(exc)) from None
+    if not records:
+        raise InputError(f"{p}: no valid events, so no timesteps to evaluate ({report.summary()})")
+    return RecordTruth(records, tuple(int(v) for v in domain.shape), report)
+
+
+# -- the true answers ---------------------------------------------------------------
+
+
+def _table(x: np.ndarray, levels: tuple[int, ...], attrs: tuple[int, ...]) -> np.ndarray:
+    shape = tuple(levels[a] for a in attrs)
+    flat = np.ravel_multi_index(tuple(x[:, a] for a in attrs), shape) if x.shape[0] else np.zeros(0, np.int64)
+    return np.bincount(flat, minlength=math.prod(shape)).reshape(shape).astype(np.float64)
+
+
+def _box_counts(x: np.ndarray, levels: tuple[int, ...], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Exact number of records in each box (``lo``, ``hi``: ``(q, m)``, inclusive), from the records."""
+    top = np.asarray(levels) - 1
+    out = np.empty(lo.shape[0], dtype=np.float64)
+    for q in range(lo.shape[0]):
+        inside = np.ones(x.shape[0], dtype=bool)
+        for j in np.flatnonzero((lo[q] > 0) | (hi[q] < top)):
+            inside &= (x[:, j] >= lo[q, j]) & (x[:, j] <= hi[q, j])
+        out[q] = float(inside.sum())
+    return out
+
+
+@dataclass(frozen=True)
+class _Truth:
+    boxes: dict[str, np.ndarray]
+    marginals: dict[tuple[int, ...], np.ndarray]
+    n: int
+
+
+def _truth(x: np.ndarray, levels: tuple[int, ...], workload: dict[str, tuple[np.ndarray, np.ndarray]],
+           pairs: Sequence[tuple[int, ...]]) -> _Truth:
+    boxes = {k: _box_counts(x, levels, lo, hi) for k, (lo, hi) in workload.items()}
+    margs = {a: _table(x, levels, a) for a in pairs}
+    return _Truth(boxes, margs, int(x.shape[0]))
+
+
+# -- one release and its answers ----------------------------------------------------
+
+
+class _Answers:
+    """Box and marginal answers of one release (all post-processing of it)."""
+
+    def box(self, lo: np.ndarray, hi: np.ndarray) -> float:
+        raise NotImplementedError
+
+    def marginal(self, attrs: tuple[int, ...]) -> np.ndarray:
+        raise NotImplementedError
+
+
+class _Zeros(_Answers):
+    """Before the first release: nothing published, every answer 0."""
+
+    def __init__(self, levels: tuple[int, ...]) -> None:
+        self.levels = levels
+
+    def box(self, lo, hi) -> float:
+        return 0.0
+
+    def marginal(self, attrs):
+        return np.zeros(tuple(self.levels[a] for a in attrs))
+
+
+class _HistogramAnswers(_Answers):
+    def __init__(self, counts: np.ndarray, levels: tuple[int, ...]) -> None:
+        self.h = np.asarray(counts, dtype=np.float64).reshape(levels)
+        self.m = len(levels)
+        self._cache: dict[tuple[int, ...], np.ndarray] = {}
+
+    def box(self, lo, hi) -> float:
+        return float(self.h[tuple(slice(int(a), int(b) + 1) for a, b in zip(lo, hi, strict=True))].sum())
+
+    def marginal(self, attrs):
+        if attrs not in self._cache:
+            self._cache[attrs] = self.h.sum(axis=tuple(i for i in range(self.m) if i not in attrs))
+        return self._cache[attrs]
+
+
+def _sample_share(sample: np.ndarray, top: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    """Share of the synthetic records inside the box ``lo ≤ x ≤ hi`` (``top``: each attribute's last level)."""
+    inside = np.ones(sample.shape[0], dtype=bool)
+    for j in np.flatnonzero((lo > 0) | (hi < top)):
+        inside &= (sample[:, j] >= lo[j]) & (sample[:, j] <= hi[j])
+    return float(inside.mean()) if sample.shape[0] else 0.0
+
+
+class _CopulaAnswers(_Answers):
+    """Closed forms / quadrature for boxes over ≤ 3 attributes; wider boxes from the synthetic
+    sample (the model's latent-sample estimate: level v ⇔ t[v] < z ≤ t[v+1])."""
+
+    def __init__(self, model: Any, sample: np.ndarray) -> None:
+        self.model = model
+        self.sample = sample.astype(np.int16)
+        self.top = np.asarray(model.levels) - 1
+
+    def box(self, lo, hi) -> float:
+        if int(((lo > 0) | (hi < self.top)).sum()) <= 3:
+            return self.model.range_count(lo, hi)
+        return self.model.total * _sample_share(self.sample, self.top, lo, hi)
+
+    def marginal(self, attrs):
+        return self.model.marginal(attrs)
+
+
+class _KWayAnswers(_Answers):
+    def __init__(self, rel: Any, synthetic: np.ndarray | None, levels: tuple[int, ...]) -> None:
+        self.rel = rel
+        self.syn = None if synthetic is None else synthetic.astype(np.int16)
+        self.top = np.asarray(levels) - 1
+
+    def _share(self, j: int) -> np.ndarray:
+        p = self.rel.marginal((j,))
+        return p / p.sum() if p.sum() > 0 else np.full(p.size, 1.0 / p.size)
+
+    def box(self, lo, hi) -> float:
+        active = np.flatnonzero((lo > 0) | (hi < self.top))
+        if active.size <= self.rel.max_order:
+            return self.rel.range_count(lo, hi)
+        if self.syn is None:  # R = 1: attributes taken as independent
+            return self.rel.total * float(np.prod([self._share(j)[lo[j]:hi[j] + 1].sum() for j in active]))
+        return self.rel.total * _sample_share(self.syn, self.top, lo, hi)
+
+    def marginal(self, attrs):
+        if len(attrs) <= self.rel.max_order:
+            return self.rel.marginal(attrs)
+        if self.syn is None:
+            out = np.asarray(self.rel.total)
+            for j in attrs:
+                out = np.multiply.outer(out, self._share(j))
+            return out
+        return _table(self.syn, tuple(int(t) + 1 for t in self.top), attrs) * self.rel.total / max(1, self.syn.shape[0])
+
+
+Releaser = Callable[[np.ndarray, Fraction, NoiseDrawer, NoiseDrawer], _Answers]
+
+
+def _releaser(name: str, settings: Settings, levels: tuple[int, ...], synthetic: int) -> Releaser:
+    """``release(records, ε, noise, synthetic_drawer) → answers`` for mechanism ``name``."""
+    bound = settings.privacy.contribution_bound
+    if name in HISTOGRAM_MECHANISMS:
+        if name == "lpa":
+            from histogram.lpa import LaplaceMechanism
+
+            mech: Any = LaplaceMechanism(bound, settings.release.confidence)
+        else:
+            from histogram.psd.mechanism import PSDMechanism
+
+            mech = PSDMechanism.from_options(levels, sensitivity=bound, confidence=settings.release.confidence,
+                                             options=settings.release.psd)
+        cells = math.prod(levels)
+
+        def release_hist(x, eps, noise, _syn):
+            flat = np.ravel_multi_index(tuple(x.T), levels) if x.shape[0] else np.zeros(0, np.int64)
+            counts = np.bincount(flat, minlength=cells).astype(np.int64)
+            return _HistogramAnswers(mech.release(counts, eps, noise).counts, levels)
+
+        return release_hist
+    if name.startswith("copula"):
+        from histogram.copula import DPCopula
+
+        variant = name.partition("-")[2] or "kendall"
+        n0 = max(2, (9 * settings.privacy.population) // 10) if settings.privacy.population else 100
+        cop = DPCopula(levels, variant=variant, min_records=n0, sensitivity=bound)
+
+        def release_copula(x, eps, noise, syn):
+            model = cop.release(x, eps, noise).model
+            return _CopulaAnswers(model, model.sample(synthetic, syn))
+
+        return release_copula
+    from histogram.marginals import KWayMarginals
+
+    order = int(name.partition("-")[2] or 2)
+    if order > len(levels):
+        raise EvaluationError(f"{name}: R = {order} is more than the {len(levels)} attributes of the domain")
+    kway = KWayMarginals(levels, order, sensitivity=bound)
+
+    def release_kway(x, eps, noise, syn):
+        rel = kway.release(x, eps, noise)
+        return _KWayAnswers(rel, rel.synthesize(synthetic, syn) if order >= 2 else None, levels)
+
+    return release_kway
+
+
+# -- the schedule -------------------------------------------------------------------
+
+
+def _schedule(settings: Settings, schedule: str, timesteps: int) -> list[Fraction | None]:
+    """Per timestep the ε of a fresh release (None: republish), before accounting."""
+    from controller.policies.baselines import FixedPolicy, UniformPolicy
+    from controller.units import UserLevel
+
+    unit = settings.unit()
+    out: list[Fraction | None] = []
+    if schedule == "uniform":
+        policy = UniformPolicy(unit)
+        for t in range(timesteps):
+            out.append(None if isinstance(unit, UserLevel) and t >= unit.horizon else policy.per_timestep)
+        return out
+    fixed = FixedPolicy(unit)
+    fresh = 0
+    for t in range(timesteps):
+        if t % fixed.interval == 0 and not (isinstance(unit, UserLevel) and fresh >= unit.cutoff):
+            out.append(fixed.per_release)
+            fresh += 1
+        else:
+            out.append(None)
+    return out
+
+
+# -- the evaluation -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Published:
+    """Every answer of one release to the workload (computed once, reused while it is republished)."""
+
+    boxes: dict[str, np.ndarray]
+    marginals: dict[tuple[int, ...], np.ndarray]
+
+
+def _publish(ans: _Answers, workload, tables) -> _Published:
+    boxes = {kind: np.array([ans.box(lo[q], hi[q]) for q in range(lo.shape[0])]) for kind, (lo, hi) in workload.items()}
+    return _Published(boxes, {a: np.asarray(ans.marginal(a), dtype=np.float64) for a in tables})
+
+
+def _errors(pub: _Published, truth: _Truth, workload, sanity: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for kind in workload:
+        err = np.abs(pub.boxes[kind] - truth.boxes[kind])
+        out[f"{kind}_abs"] = float(err.mean())
+        out[f"{kind}_rel"] = float((err / np.maximum(sanity, truth.boxes[kind])).mean())
+    n = max(1, truth.n)
+    for order in (1, 2):
+        tables = [a for a in truth.marginals if len(a) == order]
+        if tables:
+            out[f"marg{order}"] = float(np.mean([np.abs(pub.marginals[a] - truth.marginals[a]).sum() / n
+                                                 for a in tables]))
+    return out
+
+
+def zero_release(truths: Sequence[_Truth], workload, levels: tuple[int, ...], tables, sanity: float) -> dict[str, float]:
+    """The errors of publishing nothing (every answer 0) at every timestep: private at any ε (ε = 0).
+
+    A mechanism whose error is not below this one's is no better than releasing nothing."""
+    zero = _publish(_Zeros(levels), workload, tables)
+    sums: dict[str, float] = {}
+    for tr in truths:
+        for k, v in _errors(zero, tr, workload, sanity).items():
+            sums[k] = sums.get(k, 0.0) + v
+    return {k: v / max(1, len(truths)) for k, v in sums.items()}
+
+
+def evaluate_mechanisms(
+    settings: Settings,
+    truth: RecordTruth,
+    mechanisms: Sequence[str],
+    *,
+    runs: int = 3,
+    queries: int = 200,
+    seed: int = 0,
+    sanity: float = 1.0,
+    schedule: str = "fixed",
+    max_cells: int = DEFAULT_MAX_CELLS,
+    synthetic: int = DEFAULT_SYNTHETIC,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Every mechanism, ``runs`` times, on the same records, queries, schedule and ε (the JSON result)."""
+    from controller.policies.baselines import accountant_for
+    from stream.lab.highdim import query_workload
+
+    names = parse_mechanisms(",".join(mechanisms)) if not isinstance(mechanisms, str) else parse_mechanisms(mechanisms)
+    if schedule not in SCHEDULES:
+        raise EvaluationError(f"the schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if runs < 1 or queries < 1 or synthetic < 1:
+        raise EvaluationError("--runs, --queries and the synthetic sample size must be >= 1")
+    levels = truth.levels
+    cells = math.prod(levels)
+    workload = query_workload(levels, queries, seed)
+    m = len(levels)
+    tables = [(j,) for j in range(m)] + list(combinations(range(m), 2))
+    truths = [_truth(x, levels, workload, tables) for x in truth.records]
+    plan = _schedule(settings, schedule, truth.timesteps)
+    stream_id = settings.stream.id
+    methods: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for name in names:
+        if name in HISTOGRAM_MECHANISMS and cells > max_cells:
+            skipped[name] = (f"the domain has {cells:,} cells, more than --max-cells {max_cells:,}: {name} needs "
+                             "the full histogram (raise --max-cells if it fits in memory)")
+            continue
+        release = _releaser(name, settings, levels, synthetic)
+        per_run = []
+        for r in range(runs):
+            rnd = Randomness.seeded(seed + r)
+            acc = accountant_for(settings.unit())
+            published = _publish(_Zeros(levels), workload, tables)
+            sums: dict[str, float] = {}
+            fresh, seconds, peak = 0, 0.0, Fraction(0)
+            for t, x in enumerate(truth.records):
+                eps = plan[t]
+                if eps is not None and acc.can_spend(t, eps):
+                    acc.spend(t, eps, f"{name} release")  # charged before any noise is drawn
+                    start = time.process_time()
+                    answers = release(x, eps, rnd.drawer(stream_id, t, f"release/{name}"),
+                                      rnd.drawer(stream_id, t, f"synthetic/{name}"))
+                    seconds += time.process_time() - start
+                    published = _publish(answers, workload, tables)
+                    fresh += 1
+                    peak = max(peak, acc.window_spend(t))
+                for k, v in _errors(published, truths[t], workload, sanity).items():
+                    sums[k] = sums.get(k, 0.0) + v
+                if progress is not None:
+                    progress(1)
+            row = {k: v / truth.timesteps for k, v in sums.items()}
+            row.update(fresh_releases=float(fresh), epsilon_spent=float(acc.spent),
+                       max_window_spend=float(peak), cpu_seconds_per_release=seconds / max(1, fresh))
+            per_run.append(row)
+        methods[name] = {**summarise(per_run, settings.release.confidence), "what": MECHANISMS[name]}
+    result: dict[str, Any] = {
+        "mode": "mechanisms",
+        "timesteps": truth.timesteps,
+        "cells": cells,
+        "attributes": m,
+        "records_per_timestep": float(np.mean([x.shape[0] for x in truth.records])),
+        "runs": runs,
+        "queries_per_kind": queries,
+        "schedule": {"name": schedule, "fresh_epsilon": [None if e is None else str(e) for e in plan]},
+        "methods": methods,
+        "skipped": skipped,
+        "references": {"zero-release": {**zero_release(truths, workload, levels, tables, sanity), "private": True,
+                                        "what": "publish nothing: every answer 0 (uses no data, ε = 0)"}},
+    }
+    if "lpa" in methods:
+        lpa = methods["lpa"]
+        keys = [f"{k}_abs" for k in workload] + ["marg1", "marg2"]
+        result["ratio_to_lpa"] = {
+            name: {k: (None if not lpa.get(k) or row.get(k) is None else row[k] / lpa[k]) for k in keys}
+            for name, row in methods.items()
+        }
+    return result
+
+
+def mechanisms_table(result: dict[str, Any]) -> str:
+    """A plain-text table of the main errors (one row per mechanism)."""
+    kinds = [k for k in ("range1_abs", "range2_abs", "range3_abs", "range_all_abs", "marg1", "marg2")
+             if any(k in row for row in result["methods"].values())]
+    head = ["mechanism", *kinds, "fresh", "eps"]
+    rows = [head]
+    for name, row in result["methods"].items():
+        rows.append([name, *(f"{row[k]:.4g}" if row.get(k) is not None else "-" for k in kinds),
+                     f"{row['fresh_releases']:.0f}", f"{row['epsilon_spent']:.4g}"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    zero = result.get("references", {}).get("zero-release")
+    if zero:
+        cells = ["zero-release", *(f"{zero[k]:.4g}" if zero.get(k) is not None else "-" for k in kinds), "0", "0"]
+        lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)))
+    for name, why in result.get("skipped", {}).items():
+        lines.append(f"{name}: skipped: {why}")
+    return "\n".join(lines)
+
+
+def plot_mechanisms(result: dict[str, Any], path: str | Path, *, title: str = "") -> None:
+    """Bars of each mechanism's error per query kind, relative to LPA's when LPA ran (else absolute)."""
+    from stream.lab.plot import _pyplot
+
+    plt = _pyplot()
+    kinds = [k for k in ("range1_abs", "range2_abs", "range3_abs", "range_all_abs", "marg1", "marg2")
+             if any(row.get(k) is not None for row in result["methods"].values())]
+    names = list(result["methods"])
+    ratios = result.get("ratio_to_lpa")
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(kinds), 4.0))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        row = result["methods"][name]
+        vals = [(ratios[name][k] if ratios else row[k]) or 0.0 for k in kinds]
+        xs = np.arange(len(kinds)) + (i - (len(names) - 1) / 2) * width
+        ax.bar(xs, vals, width, label=name)
+    ax.set_xticks(np.arange(len(kinds)))
+    ax.set_xticklabels([k.replace("_abs", "") for k in kinds])
+    if ratios:
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axhline(0.5, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_ylabel("error / LPA's error")
+    else:
+        ax.set_ylabel("mean error")
+    ax.set_title(title or f"{result['attributes']} attributes, {result['cells']:,} cells", fontsize=9)
+    ax.legend(fontsize=7, ncol=min(len(names), 4), loc="upper center", bbox_to_anchor=(0.5, -0.1), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
