@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from math import comb
@@ -30,6 +31,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -45,6 +47,7 @@ from pydantic_settings import (
 
 from controller.errors import ConfigurationError
 from controller.method import METHODS, MethodSpec, build_engine
+from controller.personal import PersonalEngine
 from controller.pid import PIDGains
 from controller.step import Engine
 from controller.units import UserLevel, WEvent, parse_epsilon
@@ -54,6 +57,7 @@ from histogram.exact import to_fraction
 from histogram.lpa import LaplaceMechanism
 from histogram.mechanism import Mechanism
 from histogram.noise import Randomness
+from histogram.personalized import BudgetLevels, PersonalBudgets, PersonalizedMechanism
 from histogram.postprocess import STATEFUL, PostProcessor, chain_text, parse_chain
 
 __all__ = [
@@ -244,6 +248,71 @@ class SharedPopulation(_Section):
         return parse_epsilon(v)
 
 
+PERSONAL_MECHANISMS = ("minimum", "threshold", "sampling", "privacy_aware", "utility_based")
+#: the tier every person without a declared budget is in (ε = ``privacy.epsilon``)
+DEFAULT_TIER = "default"
+
+
+class PersonalSection(_Section):
+    """``privacy.personal``: personalized DP (per-person budgets; ``docs/privacy.md`` §12).
+
+    Each person's ε comes from a *public* declaration fixed for the stream's lifetime, never
+    from the counted attributes: either ``attribute`` (a consent field every event carries,
+    stamped by the operator's gateway from the person's registration) or ``table`` (a CSV file
+    ``person id,tier`` with a header line, read at start-up). ``tiers`` maps tier names to ε;
+    a person with no declared tier (not in the table, or no/unknown consent value) gets
+    ``privacy.epsilon``. ``persons`` declares public head counts per tier (``default``
+    included) for planning partitions and scaling estimates; with a table, a tier's count
+    defaults to its rows. Changing any of it changes the stream's fingerprint: a restart
+    under a changed declaration is refused like any other budget change.
+    """
+
+    mechanism: Literal["minimum", "threshold", "sampling", "privacy_aware", "utility_based"]
+    tiers: dict[str, Exact]
+    attribute: str | None = None
+    table: str | None = None
+    persons: dict[str, int] = Field(default_factory=dict)
+    threshold: Exact | None = None
+    min_size: int = Field(default=1, ge=1)
+
+    @field_validator("tiers", mode="before")
+    @classmethod
+    def _tier_budgets(cls, v: object) -> object:
+        if isinstance(v, Mapping):
+            return {k: parse_epsilon(e) for k, e in v.items()}
+        return v
+
+    @field_validator("threshold", mode="before")
+    @classmethod
+    def _threshold(cls, v: object) -> object:
+        return None if v is None else parse_epsilon(v)
+
+    @model_validator(mode="after")
+    def _declaration(self) -> PersonalSection:
+        if (self.attribute is None) == (self.table is None):
+            raise ValueError(
+                "privacy.personal needs exactly one budget source: attribute (a public consent field of every "
+                "event) or table (a CSV file of person id,tier); set one of them")
+        if not self.tiers:
+            raise ValueError("privacy.personal.tiers is empty; declare at least one tier, e.g. research: 0.5")
+        if DEFAULT_TIER in self.tiers:
+            raise ValueError(f"{DEFAULT_TIER!r} is the tier of persons without a declared budget (ε = "
+                             "privacy.epsilon); name the tier differently")
+        unknown = sorted(set(self.persons) - set(self.tiers) - {DEFAULT_TIER})
+        if unknown:
+            raise ValueError(f"privacy.personal.persons names {unknown}, which are not tiers; use tier names "
+                             f"or {DEFAULT_TIER!r}")
+        if any(n < 0 for n in self.persons.values()):
+            raise ValueError("privacy.personal.persons: head counts must be >= 0")
+        needs_t = self.mechanism in ("threshold", "sampling")
+        if needs_t and self.threshold is None:
+            raise ValueError(f"privacy.personal.mechanism {self.mechanism} needs privacy.personal.threshold (ε_t)")
+        if not needs_t and self.threshold is not None:
+            raise ValueError(f"privacy.personal.threshold is only used by threshold and sampling, not "
+                             f"{self.mechanism}: remove it")
+        return self
+
+
 class PrivacySection(_Section):
     """``privacy.*``: the promise."""
 
@@ -256,6 +325,8 @@ class PrivacySection(_Section):
     contribution_bound: int = 1
     #: several streams over the same people add up: see :class:`SharedPopulation`
     shared_population: SharedPopulation | None = None
+    #: per-person budgets (personalized DP): see :class:`PersonalSection`
+    personal: PersonalSection | None = None
 
     @field_validator("epsilon", mode="before")
     @classmethod
@@ -574,6 +645,8 @@ class Settings(BaseSettings):
     randomness: RandomnessSection = Field(default_factory=RandomnessSection)
     kafka: KafkaSection = Field(default_factory=KafkaSection)
     service: ServiceSection = Field(default_factory=ServiceSection)
+    #: the personal budget declaration, consent table included, as read once at start-up
+    _personal: Any = PrivateAttr(default=None)
 
     @classmethod
     def settings_customise_sources(
@@ -766,10 +839,6 @@ class Settings(BaseSettings):
         return KWayModelMechanism(KWayMarginals(levels, opts_m.k, sensitivity=p.contribution_bound),
                                   opts_m.consistency, opts_m.synthetic_size, r.confidence)
 
-    def engine(self) -> Engine:
-        """Decision policy + mechanism, ready to step."""
-        return build_engine(self.method_spec(), self.mechanism(), self.domain().size)
-
     def postprocessor(self) -> PostProcessor:
         """``release.postprocess`` with its public parameters (:mod:`histogram.postprocess`).
 
@@ -782,6 +851,33 @@ class Settings(BaseSettings):
                                             contribution_bound=self.privacy.contribution_bound)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
+
+    def engine(self) -> Engine | PersonalEngine:
+        """Decision policy + mechanism, ready to step (one sub-stream per part under ``privacy.personal``)."""
+        if self.privacy.personal is not None:
+            return self.personal_declaration().engine(self)
+        return build_engine(self.method_spec(), self.mechanism(), self.domain().size)
+
+    def personal_declaration(self) -> PersonalDeclaration:
+        """The public per-person budget declaration and its PDP plan (reads the consent table once).
+
+        Raises:
+            ConfigurationError: ``privacy.personal`` is not set, or is inconsistent (one line each).
+        """
+        if self.privacy.personal is None:
+            raise ConfigurationError("privacy.personal is not set: this stream has one budget for everyone")
+        if self._personal is None:  # read once (at start-up, by validate_all): fixed for the settings' lifetime
+            self._personal = _personal_declaration(self)
+        return self._personal
+
+    def ingest_domain(self) -> Domain:
+        """The domain events are decoded with: the counted attributes, plus the consent attribute
+        (``privacy.personal.attribute``: its tier names; never counted, only routed by)."""
+        domain = self.domain()
+        personal = self.privacy.personal
+        if personal is None or personal.attribute is None:
+            return domain
+        return Domain((CategoricalAttribute(personal.attribute, tuple(personal.tiers)), *domain.attributes))
 
     def noise_source(self) -> Randomness:
         """Secure randomness, or seeded when (and only when) the config allows it."""
@@ -799,10 +895,15 @@ class Settings(BaseSettings):
                 "start": None if s.start is None else s.start.isoformat(),
             },
             "domain": self.domain().describe(),
-            # the population declaration is deployment accounting, not what a release means or costs
-            "privacy": self.privacy.model_dump(mode="json", exclude={"shared_population"}),
+            # the population declaration is deployment accounting, not what a release means or costs;
+            # privacy.personal appears only when set (so existing streams keep their fingerprint)
+            "privacy": self.privacy.model_dump(
+                mode="json", exclude={"shared_population"} | ({"personal"} if self.privacy.personal is None else set())),
             "release": self._release_view(),
             "schema_version": 1,
+            # the consent table's content (not just its path): a changed table is a changed budget
+            **({"personal_declaration": self.personal_declaration().budgets.fingerprint()}
+               if self.privacy.personal is not None else {}),
         }
 
     def _release_view(self) -> dict[str, Any]:
@@ -1017,3 +1118,183 @@ def missing_files(settings: Settings) -> list[str]:
         elif not os.access(value, os.R_OK):
             lines.append(f"{dotted}: {value!r} is not readable by this user; fix its permissions")
     return lines
+
+
+# ---------------------------------------------------------------------------
+# Personalized DP: the public declaration (privacy.personal)
+
+
+@dataclass(frozen=True, eq=False)
+class PersonalDeclaration:
+    """Who gets which ε, and the PDP plan over it: all public, fixed for the stream's lifetime.
+
+    Attributes:
+        budgets: the declaration (default ε, tiers, consent table, consent attribute).
+        levels: the distinct budgets with the declared head counts.
+        tier_level: tier name → level index (``default`` included).
+        default_level: level of ``privacy.epsilon``.
+        plan: the PDP mechanism over ``levels``.
+        table_keys, table_levels: the consent table as canonical person keys and their levels.
+    """
+
+    budgets: PersonalBudgets
+    levels: BudgetLevels
+    tier_level: Mapping[str, int]
+    default_level: int
+    plan: PersonalizedMechanism
+    table_keys: tuple[str, ...]
+    table_levels: tuple[int, ...]
+    attribute: str | None
+
+    def engine(self, settings: Settings) -> PersonalEngine:
+        """One engine per part, each with the stream's method at the part's ε; ledgers per level."""
+        from dataclasses import replace as _replace
+
+        spec = settings.method_spec()
+        mechanism = settings.mechanism()
+        bins = settings.domain().size
+        engines = []
+        for part in self.plan.parts:
+            unit = spec.unit
+            part_unit = (UserLevel(part.epsilon, unit.horizon, unit.cutoff) if isinstance(unit, UserLevel)
+                         else WEvent(part.epsilon, unit.w, unit.cutoff))
+            engines.append(build_engine(_replace(spec, unit=part_unit), mechanism, bins))
+        return PersonalEngine(self.plan, engines, spec.unit, self.tier_level, self.default_level,
+                              settings.noise_source(), settings.stream.id)
+
+
+_TABLES: dict[tuple[str, int, int, tuple[str, ...]], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _read_consent_table(path: str, tiers: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(canonical person keys, tier names)`` of a consent table CSV (header line, then ``id,tier``)."""
+    import csv
+
+    import pyarrow as pa
+
+    from stream.ingest.person_key import canonical_keys
+
+    where = f"privacy.personal.table: {path}"
+    try:
+        st = Path(path).stat()
+        cache_key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size, tiers)
+        if cache_key in _TABLES:
+            return _TABLES[cache_key]
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.reader(fh))
+    except FileNotFoundError:
+        raise ConfigurationError(f"{where}: no such file; give the path of the consent table CSV") from None
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{where}: not UTF-8 text; save the consent table as UTF-8 CSV") from None
+    except (OSError, csv.Error) as exc:
+        raise ConfigurationError(f"{where}: cannot read it ({exc}); check the path and permissions") from None
+    if not rows:
+        raise ConfigurationError(f"{where}: the file is empty; it needs a header line, then one 'person id,tier' row "
+                                 "per person")
+    ids: list[str] = []
+    names: list[str] = []
+    for line, row in enumerate(rows[1:], start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != 2:
+            raise ConfigurationError(f"{where}:{line}: expected 2 columns (person id, tier), got {len(row)}")
+        pid, tier = row[0], row[1].strip()
+        if not pid.strip():
+            raise ConfigurationError(f"{where}:{line}: the person id is empty")
+        if tier not in tiers:
+            raise ConfigurationError(f"{where}:{line}: tier {tier!r} is not declared in privacy.personal.tiers "
+                                     f"({', '.join(tiers)}); declare it or fix the row")
+        ids.append(pid)
+        names.append(tier)
+    keys, invisible = canonical_keys(pa.array(ids, type=pa.string()))
+    if invisible.any():
+        line = int(invisible.argmax())
+        raise ConfigurationError(f"{where}: person id {ids[line]!r} has invisible characters, which the stream "
+                                 "refuses in events too; remove them")
+    seen: dict[str, str] = {}
+    for key, tier in zip(keys.to_pylist(), names, strict=True):
+        if seen.setdefault(key, tier) != tier:
+            raise ConfigurationError(f"{where}: person {key!r} is listed with tiers {seen[key]!r} and {tier!r}; a "
+                                     "person has one budget: keep one row")
+    out = (tuple(seen), tuple(seen.values()))
+    _TABLES[cache_key] = out
+    return out
+
+
+def _personal_declaration(settings: Settings) -> PersonalDeclaration:
+    from histogram.errors import MechanismError
+    from histogram.personalized import (
+        CountUtility,
+        minimum,
+        privacy_aware,
+        sampling,
+        threshold,
+        utility_based,
+    )
+
+    p = settings.privacy
+    cfg = p.personal
+    assert cfg is not None
+    if settings.service.role != "single":
+        raise ConfigurationError(
+            f"privacy.personal with service.role {settings.service.role}: scale-out workers do not route events "
+            "by budget tier yet; run one service.role: single process")
+    if settings.release.mechanism in MODEL_MECHANISMS:
+        raise ConfigurationError(
+            f"privacy.personal with release.mechanism: {settings.release.mechanism}: per-tier model releases are "
+            "not built; use release.mechanism: lpa or psd with privacy.personal, or remove privacy.personal")
+    smoothers = [step for step in parse_chain(settings.release.postprocess) if step in STATEFUL]
+    if smoothers:
+        raise ConfigurationError(
+            f"privacy.personal with release.postprocess {smoothers[0]}: the smoothers follow one release series, "
+            "not a personalized estimate; use none, nonnegative or integer with privacy.personal")
+    counted = set(settings.domain().names)
+    if cfg.attribute is not None:
+        s = settings.schema_
+        if cfg.attribute in counted:
+            raise ConfigurationError(
+                f"privacy.personal.attribute {cfg.attribute!r} is also a counted attribute (schema.attributes): a "
+                "budget that depends on a sensitive value is itself sensitive (docs/privacy.md §12.2); key the "
+                "tiers by a public consent field that is not counted")
+        if cfg.attribute in {s.user_id, s.event_time, s.arrival_time}:
+            raise ConfigurationError(
+                f"privacy.personal.attribute {cfg.attribute!r} is the user id / event time column; name the "
+                "consent field of the events")
+    tier_names = tuple(cfg.tiers)
+    keys: tuple[str, ...] = ()
+    key_tiers: tuple[str, ...] = ()
+    if cfg.table is not None:
+        keys, key_tiers = _read_consent_table(cfg.table, tier_names)
+    budgets = PersonalBudgets(p.epsilon, dict(cfg.tiers), dict(zip(keys, key_tiers, strict=True)),
+                              cfg.attribute if cfg.attribute is not None else "@table")
+    budgets.check_public(counted)
+    # head counts: declared persons, else (table) the table's rows per tier
+    per_tier: dict[str, int] = {}
+    for name in (*tier_names, DEFAULT_TIER):
+        if name in cfg.persons:
+            per_tier[name] = int(cfg.persons[name])
+        else:
+            per_tier[name] = sum(1 for t in key_tiers if t == name)
+    tally: dict[Fraction, int] = {}
+    eps_of = {**dict(cfg.tiers), DEFAULT_TIER: p.epsilon}
+    for name, n in per_tier.items():
+        tally[eps_of[name]] = tally.get(eps_of[name], 0) + n
+    ordered = sorted(tally)
+    levels = BudgetLevels(tuple(ordered), tuple(tally[e] for e in ordered))
+    tier_level = {name: ordered.index(eps_of[name]) for name in per_tier}
+    try:
+        if cfg.mechanism == "minimum":
+            plan = minimum(levels)
+        elif cfg.mechanism == "threshold":
+            plan = threshold(levels, cfg.threshold)
+        elif cfg.mechanism == "sampling":
+            plan = sampling(levels, cfg.threshold)
+        elif cfg.mechanism == "privacy_aware":
+            plan = privacy_aware(levels, cfg.min_size)
+        else:
+            plan = utility_based(levels, CountUtility(), cfg.min_size)
+    except MechanismError as exc:
+        raise ConfigurationError(f"privacy.personal.mechanism {cfg.mechanism}: {exc} (declare head counts in "
+                                 "privacy.personal.persons, or use a consent table)") from None
+    return PersonalDeclaration(budgets, levels, tier_level, tier_level[DEFAULT_TIER], plan, keys,
+                               tuple(tier_level[t] for t in key_tiers), cfg.attribute)

@@ -125,6 +125,47 @@ class Accuracy(_Model):
     epsilon_exact: str = Field(pattern=_FRACTION)
 
 
+class PersonalTier(_Model):
+    """One budget tier of a personalized stream (``privacy.personal``): its declared ε and its ledger."""
+
+    tier: str = Field(description="tier name; 'default' is everyone without a declared budget")
+    epsilon: float = Field(gt=0, description="the tier's declared budget (per person)")
+    epsilon_exact: str = Field(pattern=_FRACTION)
+    part: int | None = Field(ge=0, description="the part (sub-release) its persons are counted in; null: not released")
+    charge_exact: str = Field(
+        pattern=_FRACTION, description="ε a person of this tier is charged when its part spends its whole ε")
+    spent_exact: str = Field(
+        pattern=_FRACTION, description="the tier's ledger: ε charged to each of its persons since the stream began")
+    window_spent_exact: str | None = Field(
+        pattern=_FRACTION, description="w-event: the tier's ε in the window ending here (<= epsilon); else null")
+
+
+class PersonalPart(_Model):
+    """One sub-release of the PDP plan (a DP histogram of its tiers' persons; counts in bin order)."""
+
+    epsilon: float = Field(gt=0)
+    epsilon_exact: str = Field(pattern=_FRACTION, description="the part's budget (user-level total or per window)")
+    sampled_below_exact: str | None = Field(
+        pattern=_FRACTION, description="Sampling: persons below this ε are kept with probability (e^ε−1)/(e^t−1)")
+    weight: float = Field(ge=0, le=1)
+    kind: Literal["fresh", "republished"]
+    source_timestep: int | None = Field(ge=0)
+    counts: list[StrictInt] | list[StrictFloat]
+
+
+class PersonalInfo(_Model):
+    """Personalized DP (``privacy.personal``): the tiers' ε as published and the parts released.
+
+    Versioned on its own (``version``); absent from the messages of streams with one budget, so
+    their bytes and schema are unchanged.
+    """
+
+    version: Literal[1] = 1
+    mechanism: Literal["minimum", "threshold", "sampling", "privacy-aware", "utility-based"]
+    tiers: list[PersonalTier]
+    parts: list[PersonalPart]
+
+
 class ReleaseMessage(_Model):
     """One timestep's release (the value of one record on the output topic; key = stream id)."""
 
@@ -153,6 +194,9 @@ class ReleaseMessage(_Model):
     config_fingerprint: str = Field(pattern=_HEX64)
     details: dict[str, Any] | None = Field(
         default=None, description="mechanism extras of a fresh release (PSD: the released tree); absent otherwise"
+    )
+    personal: PersonalInfo | None = Field(
+        default=None, description="privacy.personal streams: per-tier budgets and ledgers, the parts; absent otherwise"
     )
 
     @model_validator(mode="after")
@@ -311,8 +355,9 @@ def canonical_bytes(obj: Any) -> bytes:
 
 def _dump(model: BaseModel) -> dict[str, Any]:
     data = model.model_dump(mode="json")
-    if data.get("details", 0) is None:
-        del data["details"]
+    for optional in ("details", "personal"):
+        if data.get(optional, 0) is None:
+            del data[optional]
     return data
 
 
@@ -322,8 +367,9 @@ _SENTINEL_JSON = json.dumps(_SENTINEL).encode()
 
 def _release_bytes(message: ReleaseMessage, counts_text: bytes) -> bytes:
     data = message.model_dump(mode="json", exclude={"counts"})
-    if data.get("details", 0) is None:
-        del data["details"]
+    for optional in ("details", "personal"):
+        if data.get(optional, 0) is None:
+            del data[optional]
     if data["method"].get("postprocess", 0) is None:  # version-1 messages stay byte for byte as they were
         del data["method"]["postprocess"]
     data["counts"] = _SENTINEL
@@ -511,6 +557,7 @@ class MessageBuilder:
             fresh_releases=release.fresh_count,
             config_fingerprint=self.fingerprint,
             details=details,
+            personal=None if not getattr(release, "personal", None) else PersonalInfo.model_validate(release.personal),
         )
 
     def _model_release(self, release: Release, start: datetime, end: datetime) -> ModelReleaseMessage:

@@ -35,18 +35,21 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from controller.errors import StateError
+from controller.personal import PersonalState
 from controller.step import Engine, EngineState, Release
 from histogram.noise import Randomness
 from histogram.postprocess import PostProcessor, PostState
-from stream.ingest.events import CODE, REASONS, EventBatch, Rejections, validate_batch
+from stream.ingest.events import CODE, REASONS, EventBatch, Rejections, ValidBatch, validate_batch
 from stream.ingest.windowing import ACCEPTED, Grid, Windower
 from stream.messages import (
     DomainMessage,
@@ -237,7 +240,7 @@ class ReleasePipeline:
         post_state = self.post.initial()
         if engine_state is None:
             state = self.engine.initial_state()
-        elif isinstance(engine_state, EngineState):
+        elif isinstance(engine_state, EngineState | PersonalState):
             state = engine_state
             if state.timestep and self.post.stateful:
                 raise StateError("restoring a smoothing stream needs the engine snapshot with its "
@@ -261,6 +264,10 @@ class ReleasePipeline:
         self._state = state
         self._post_state = post_state
         self.stats = PipelineStats()
+        #: privacy.personal: the public declaration events are routed by (None: one budget for everyone)
+        self.personal = settings.personal_declaration() if settings.privacy.personal is not None else None
+        #: true counts per timestep: the domain's bins, or one block of them per budget level (+ excluded)
+        self.input_bins: int = getattr(self.engine, "input_bins", self.domain.size)
 
     # -- accessors --------------------------------------------------------------
     @property
@@ -298,7 +305,15 @@ class ReleasePipeline:
         not covered by ``docs/privacy.md`` §1.1): ``now`` (wall clock, seconds or datetime)
         bounds the far future by the clock and arms the idle timer.
         """
+        consent = None
+        if self.personal is not None and self.personal.attribute is not None:
+            # the consent field routes the event to its tier; it is never counted (docs/privacy.md §12.2)
+            attrs = dict(batch.attributes)
+            consent = attrs.pop(self.personal.attribute, None)
+            batch = replace(batch, attributes=attrs)
         valid, rejected = validate_batch(batch, self.domain, max_user_id_chars=self.max_user_id_chars)
+        if self.personal is not None:
+            valid = self._route(valid, consent)
         if record_time is not None:
             rec = np.asarray(record_time, dtype=np.float64)
             if rec.shape != (len(batch),):
@@ -326,6 +341,47 @@ class ReleasePipeline:
         self.stats.rejected.update(out.counts())
         return out
 
+    def _route(self, valid: ValidBatch, consent: Any) -> ValidBatch:
+        """Each valid event's flat index moved into its budget level's block (``docs/privacy.md`` §12.7).
+
+        The level is a function of the event's own consent value (attribute mode: undeclared or
+        missing values get the default) or of its person key in the public consent table
+        (persons not listed get the default), and of its person's Sampling coin: never of
+        other events, so inclusion stays per event (§1.1).
+        """
+        decl = self.personal
+        assert decl is not None
+        n = len(valid)
+        if n == 0:
+            return valid
+        levels = np.full(n, decl.default_level, dtype=np.int64)
+        if decl.attribute is not None:
+            if consent is not None:
+                col = consent if isinstance(consent, pa.Array | pa.ChunkedArray) else pa.array(
+                    [None if v is None else str(v) for v in np.asarray(consent, dtype=object)], type=pa.string())
+                col = col.take(pa.array(valid.position))
+                if not pa.types.is_string(col.type):
+                    col = pc.cast(col, pa.string())
+                names = list(decl.budgets.tiers)
+                found = pc.index_in(col, value_set=pa.array(names, type=pa.string())).fill_null(-1)
+                idx = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+                lookup = np.array([decl.tier_level[t] for t in names] + [decl.default_level], dtype=np.int64)
+                levels = lookup[idx]  # -1 (undeclared or missing) → the default level
+        elif decl.table_keys:
+            found = pc.index_in(valid.user_id, value_set=self._table_keys()).fill_null(-1)
+            idx = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+            lookup = np.array([*decl.table_levels, decl.default_level], dtype=np.int64)
+            levels = lookup[idx]
+        slots = self.engine.slots(self._state, levels, valid.user_id)  # type: ignore[union-attr]
+        return ValidBatch(valid.flat + slots * self.domain.size, valid.time, valid.user_id, valid.position)
+
+    def _table_keys(self) -> pa.Array:
+        keys = getattr(self, "_table_key_array", None)
+        if keys is None:
+            keys = pa.array(self.personal.table_keys, type=pa.string())  # type: ignore[union-attr]
+            self._table_key_array = keys
+        return keys
+
     # -- sealing --------------------------------------------------------------------
     def seal(self, *, now: float | datetime | None = None, final: bool = False,
              record_frontier: float | None = None) -> list[SealedRelease]:
@@ -350,6 +406,8 @@ class ReleasePipeline:
         ``stream.start`` (or of ``stream.origin``). The counts must already
         hold at most ``privacy.contribution_bound`` records per person.
         """
+        if self.personal is not None:
+            raise StateError("a counts file has no budget tiers: privacy.personal streams release from events only")
         if self.window.buffered_events:
             raise StateError("release_counts cannot be mixed with events waiting in open timesteps")
         if self.window.first_cell is None:
@@ -368,7 +426,7 @@ class ReleasePipeline:
             if entry is not None:
                 sealed = self._from_journal(entry, index, cell)
             else:
-                true = data.counts(self.domain.size, self.settings.privacy.contribution_bound) if counts is None else counts
+                true = data.counts(self.input_bins, self.settings.privacy.contribution_bound) if counts is None else counts
                 sealed = self._step(index, cell, true)
                 del true
             if self.step_hook is not None:

@@ -815,7 +815,8 @@ class AuditEntry:
 
     Attributes:
         kind: ``decision`` (a method of :data:`controller.method.METHODS`),
-            ``release`` (a ``release.mechanism``), or ``engine`` (a rule every
+            ``release`` (a ``release.mechanism``), ``personal`` (a
+            ``privacy.personal.mechanism``), or ``engine`` (a rule every
             method relies on).
         module: dotted name of the audit's test module.
         registry: name of the module's dict of broken variants (its keys must
@@ -860,6 +861,17 @@ _BD_BUDGET = _named(
 _DRAW_THEN_CHARGE = {
     "draw-then-charge": Catch("test_reverse_order_is_caught", {"unit": "w-event", "name": "uniform"})
 }
+
+_PERSONAL = "tests.stream.test_personal_audit"
+_PERSONAL_STAT = (
+    "whole pipeline (consent routing, coins, windowing, one sub-stream per part): CP lower bound on one "
+    "released count of the person's part, D vs D + the person, vs the ε their tier's ledger says was spent"
+)
+
+
+def _personal(*names: str) -> dict[str, Catch]:
+    return _named("test_broken_personal_variant_is_caught", names)
+
 
 CATALOGUE: dict[str, AuditEntry] = {
     "dsft": AuditEntry(
@@ -956,6 +968,20 @@ CATALOGUE: dict[str, AuditEntry] = {
         "exact: the largest L1 change of the released-table view over every enumerated one-person neighbour "
         "vs the Δ the decision is calibrated with",
     ) for mech in ("copula", "marginals")},
+    # issue 16: privacy.personal (personalized DP), one entry per privacy.personal.mechanism
+    "personal:minimum": AuditEntry(
+        "personal", _PERSONAL, None, _personal("minimum part released at another tier's ε"), _PERSONAL_STAT),
+    "personal:threshold": AuditEntry(
+        "personal", _PERSONAL, None, _personal("threshold keeps the tier below ε_t"), _PERSONAL_STAT),
+    "personal:sampling": AuditEntry("personal", _PERSONAL, None, _personal("sampling coin e^ε/e^t"), _PERSONAL_STAT),
+    "personal:privacy_aware": AuditEntry(
+        "personal", _PERSONAL, None, _personal("tier counted in another tier's part (privacy-aware)"), _PERSONAL_STAT),
+    "personal:utility_based": AuditEntry(
+        "personal", _PERSONAL, "BROKEN",
+        _personal("tier counted in another tier's part (utility-based)", "minimum part released at another tier's ε",
+                  "threshold keeps the tier below ε_t", "sampling coin e^ε/e^t",
+                  "tier counted in another tier's part (privacy-aware)"),
+        _PERSONAL_STAT),
     "charge-before-draw": AuditEntry(
         "engine", "tests.controller.test_charge_before_draw", None,
         {"draw-then-charge": Catch("test_reverse_order_is_caught", {"unit": "user-level", "name": "dsat"}),

@@ -20,14 +20,16 @@ import typing
 import pytest
 
 from controller.method import METHODS
-from stream.config import ReleaseSection
+from stream.config import PersonalSection, ReleaseSection
 from tests.dp_audit import CATALOGUE, AuditEntry
 
 
 def shipped_mechanisms() -> set[str]:
     releases = set(typing.get_args(typing.get_type_hints(ReleaseSection)["mechanism"]))
     assert releases, "could not read release.mechanism's choices from stream.config"
-    return set(METHODS) | releases
+    personal = {f"personal:{m}" for m in typing.get_args(typing.get_type_hints(PersonalSection)["mechanism"])}
+    assert personal, "could not read privacy.personal.mechanism's choices from stream.config"
+    return set(METHODS) | releases | personal
 
 
 def _module(entry: AuditEntry):  # type: ignore[no-untyped-def]

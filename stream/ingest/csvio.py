@@ -185,6 +185,9 @@ class EventCsvReader:
         self.arrival_col = schema.arrival_time
         self._last_arrival = -np.inf
         self.attribute_names = [a.name for a in schema.attributes]
+        personal = settings.privacy.personal
+        if personal is not None and personal.attribute is not None:  # the consent column routes, never counts
+            self.attribute_names.append(personal.attribute)
         header = read_header(self.path)
         dupes = sorted({h for h in header if header.count(h) > 1})
         if dupes:

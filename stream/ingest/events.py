@@ -900,8 +900,9 @@ class EventDecoder:
 
     @classmethod
     def from_settings(cls, settings: Any) -> EventDecoder:
+        # ingest_domain: the counted attributes plus a consent attribute that routes, never counts
         return cls(
-            settings.domain(),
+            settings.ingest_domain(),
             user_id=settings.schema_.user_id,
             event_time=settings.schema_.event_time,
             max_message_bytes=settings.service.max_message_bytes,
