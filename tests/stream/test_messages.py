@@ -60,6 +60,9 @@ def test_committed_schema_matches_the_models(name):
         {"privacy": {"unit": "w-event", "w": 4, "cutoff": 2, "horizon": None},
          "release": {"decision": "dsat", "mechanism": "psd"}},
         {"privacy": {"unit": "w-event", "w": 3, "cutoff": 1, "horizon": None}, "release": {"decision": "bd"}},
+        {"privacy": {"population": 300}, "release": {"decision": "dsat", "postprocess": "nonnegative+kalman"}},
+        {"privacy": {"unit": "w-event", "w": 4, "cutoff": 2, "horizon": None, "population": 300},
+         "release": {"decision": "uniform", "mechanism": "psd", "postprocess": ["ewma", "integer"]}},
     ],
 )
 def test_real_messages_validate_against_the_committed_schema(overrides):
@@ -162,3 +165,22 @@ def test_nonnegative_postprocessing_clamps_published_counts_only():
         assert np.array_equal(cb, np.maximum(ca, 0))
         assert a.message.accuracy == b.message.accuracy
     assert saw_negative  # at ε = 0.05 the raw counts do go below zero: the clamp was exercised
+
+
+def test_messages_say_which_postprocessing_ran_and_version_one_is_unchanged():
+    """``method.postprocess`` (schema version 2) names the chain; without one the message is version 1
+    with no such key, so consumers of version 1 read exactly what they did; the two never mix."""
+    plain = small_settings(seed=2)
+    smooth = small_settings(seed=2, privacy={"population": 300}, release={"postprocess": "nonnegative+ewma+integer"})
+    (_, a), (_, b) = _run(plain), _run(smooth)
+    doc_a, doc_b = json.loads(a[0].payload), json.loads(b[0].payload)
+    assert doc_a["schema_version"] == 1 and "postprocess" not in doc_a["method"]
+    assert doc_b["schema_version"] == 2 and doc_b["method"]["postprocess"] == ["nonnegative", "ewma", "integer"]
+    assert all(isinstance(c, int) for c in doc_b["counts"])  # integer rounding after the smoother
+    assert doc_b["accuracy"]["half_width"] is None  # a smoothed count claims no interval
+    for doc, version in ((doc_a, 2), (doc_b, 1)):
+        with pytest.raises(ValueError, match="schema_version 2 goes with method.postprocess"):
+            ReleaseMessage.model_validate({**doc, "schema_version": version})
+    builder = MessageBuilder(smooth)
+    with pytest.raises(ValueError, match="carries state"):
+        builder.release(b[0].release, b[0].start, b[0].end)
