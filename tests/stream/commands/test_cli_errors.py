@@ -68,7 +68,7 @@ CASES = [
     ("unknown method", ("decision: dsat", "decision: dsatt"), ["run", "-c", "{cfg}"], {},
      ["release.decision", "dsatt", "dsat, dsft"]),
     ("unknown mechanism", ("decision: dsat", "decision: dsat, mechanism: gauss"), ["check-config", "{cfg}"],
-     {}, ["release.mechanism", "gauss", "'lpa' or 'psd'"]),
+     {}, ["release.mechanism", "gauss", "'lpa', 'psd', 'copula' or 'marginals'"]),
     ("wrong type", ("service: {", "kafka: {max_poll_records: many}\nservice: {"), ["check-config", "{cfg}"],
      {}, ["kafka.max_poll_records", "'many'", "whole number"]),
     ("negative count in config", ("service: {", "kafka: {topic_partitions: -3}\nservice: {"),
