@@ -536,28 +536,37 @@ def mechanisms_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_mechanisms(result: dict[str, Any], path: str | Path, *, title: str = "") -> None:
-    """Bars of each mechanism's error per query kind, relative to LPA's when LPA ran (else absolute)."""
+def plot_mechanisms(result: dict[str, Any], path: str | Path, *, title: str = "", relative_to: str = "lpa") -> None:
+    """Bars of each mechanism's error per query kind, divided by LPA's (``relative_to="lpa"``, when LPA
+    ran) or by the zero release's (``"zero-release"``, log scale); absolute errors otherwise."""
     from stream.lab.plot import _pyplot
 
     plt = _pyplot()
     kinds = [k for k in ("range1_abs", "range2_abs", "range3_abs", "range_all_abs", "marg1", "marg2")
              if any(row.get(k) is not None for row in result["methods"].values())]
     names = list(result["methods"])
-    ratios = result.get("ratio_to_lpa")
+    base: dict[str, Any] | None = None
+    if relative_to == "lpa" and "lpa" in result["methods"]:
+        base = result["methods"]["lpa"]
+    elif relative_to == "zero-release":
+        base = result.get("references", {}).get("zero-release")
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(kinds), 4.0))
     width = 0.8 / max(1, len(names))
     for i, name in enumerate(names):
         row = result["methods"][name]
-        vals = [(ratios[name][k] if ratios else row[k]) or 0.0 for k in kinds]
+        vals = [(row[k] / base[k] if base and base.get(k) else row[k]) or 0.0 for k in kinds]
         xs = np.arange(len(kinds)) + (i - (len(names) - 1) / 2) * width
         ax.bar(xs, vals, width, label=name)
     ax.set_xticks(np.arange(len(kinds)))
     ax.set_xticklabels([k.replace("_abs", "") for k in kinds])
-    if ratios:
+    if base is not None and relative_to == "lpa":
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.axhline(0.5, color="grey", linewidth=0.8, linestyle="--")
         ax.set_ylabel("error / LPA's error")
+    elif base is not None:
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_ylabel("error / zero release's error (log)")
     else:
         ax.set_ylabel("mean error")
     ax.set_title(title or f"{result['attributes']} attributes, {result['cells']:,} cells", fontsize=9)

@@ -130,6 +130,10 @@ def test_cli(highdim, tmp_path, capsys):
     r = json.loads(out.read_text())
     assert r["mode"] == "mechanisms" and set(r["methods"]) == {"lpa", "copula"}
     assert r["ratio_to_lpa"]["lpa"]["marg2"] == 1.0 and (tmp_path / "p.png").stat().st_size > 1000
+    from stream.lab.mechanisms import plot_mechanisms
+
+    plot_mechanisms(r, tmp_path / "z.png", relative_to="zero-release")
+    assert (tmp_path / "z.png").stat().st_size > 1000
     assert main([*args, "--mechanisms", "lpa,kway"]) == 2
     assert "unknown mechanism" in capsys.readouterr().err
     assert main([*args, "--mechanisms", "lpa", "--methods", "dsat"]) == 2
