@@ -39,6 +39,7 @@ from histogram.personalized.budgets import BudgetLevels
 from histogram.personalized.partition import (
     BudgetPartition,
     CountUtility,
+    _dlap_variance,
     privacy_aware_partition,
     utility_based_partition,
 )
@@ -173,6 +174,61 @@ class PersonalizedMechanism:
                 e += self.levels.counts[i] * q
             out.append(e)
         return tuple(out)
+
+    def query_variance(self, frequency: float, query_bins: float = 1.0) -> float:
+        """Predicted variance of the plan's estimate of a count query's *relative frequency*.
+
+        Public maths for planning and evaluation (floats; never for a coin or a
+        charge). A query covers ``query_bins`` bins of the released histogram
+        (its noise is their sum: 1 when the query itself is released) and holds
+        a share ``frequency`` of the registered persons. Averaged over the
+        PDP assumption that budgets are assigned independently of the records
+        (a random assignment of the public head counts to persons), with
+        ``a_i = w_k / E_k`` the weight of person ``i``'s part and ``p_i`` their
+        inclusion probability (1 outside sampling parts, 0 outside every part):
+
+            Var = Σ_k w_k² · query_bins · V(ε_k) / E_k²          (noise)
+                + f · Σ_i a_i² p_i (1 − p_i)                      (inclusion coins)
+                + f (1 − f) · (Σ_i (a_i p_i)² − 1/N)              (who lands in which part)
+
+        with ``V(ε) = 2e^{−ε}/(1 − e^{−ε})²`` the discrete Laplace variance
+        and ``N`` the registry size. Exact in this model up to the finite-
+        population factor N/(N − 1); ``docs/results.md`` (Personalized DP)
+        compares it with measured errors.
+
+        Raises:
+            MechanismError: if ``frequency`` is outside [0, 1] or
+                ``query_bins`` is not positive.
+        """
+        f = float(frequency)
+        if not 0.0 <= f <= 1.0 or not query_bins > 0:
+            raise MechanismError(
+                f"query_variance needs 0 <= frequency <= 1 and query_bins > 0, got {frequency}, {query_bins}"
+            )
+        total = float(self.levels.total)
+        expected = self.expected_members()
+        noise = coins = spread = 0.0
+        for k, p in enumerate(self.parts):
+            if expected[k] <= 0:
+                continue
+            a = self.weights[k] / expected[k]
+            eps = float(p.epsilon)
+            noise += (
+                self.weights[k] ** 2
+                * query_bins
+                * float(_dlap_variance(np.array(eps)))
+                / expected[k] ** 2
+            )
+            for i in p.levels:
+                q = (
+                    1.0
+                    if p.sample_below is None
+                    else inclusion_probability(self.levels.epsilons[i], p.sample_below)
+                )
+                c = self.levels.counts[i]
+                coins += c * a * a * q * (1.0 - q)
+                spread += c * (a * q) ** 2
+        return noise + f * coins + f * (1.0 - f) * (spread - 1.0 / total)
 
     # -- release ---------------------------------------------------------------
     def release(

@@ -200,3 +200,93 @@ def test_plans_depend_on_public_levels_only():
     a = utility_based(TIERS, CountUtility(1, 0.1), 1000)
     b = utility_based(TIERS, CountUtility(1, 0.1), 1000)
     assert a == b
+
+
+# -- predicted error (public maths) against the real release ------------------------------
+
+WIDE = BudgetLevels((F(1), F(2), F(4)), (1500, 1500, 1000))  # coins and spread dominate
+NARROW = BudgetLevels((F(1, 50), F(1, 20), F(1, 10)), (1500, 1500, 1000))  # noise matters too
+QUERIES = 20  # bin b holds persons i ≡ b (mod 20): twenty queries of frequency 1/20 per release
+
+
+def _measured_variance(mech, runs, seed):
+    """Mean squared error of estimate/N per bin, re-assigning budgets to persons at random each run."""
+    n = mech.levels.total
+    bins = np.arange(n) % QUERIES
+    f = np.bincount(bins, minlength=QUERIES) / n
+    vector = np.repeat(np.arange(mech.levels.size), mech.levels.counts)
+    rng = np.random.default_rng(seed)
+    errors = []
+    for r in range(runs):
+        drawer = Randomness.seeded(seed).drawer("variance", r)
+        est = mech.release(bins, rng.permutation(vector), QUERIES, drawer).estimate
+        errors.append(est / n - f)
+    errors = np.array(errors)
+    return float(np.mean(errors**2)), float(np.mean(errors))
+
+
+def _weighted(levels, weights):
+    """One part per level at its own ε, combined with arbitrary public weights."""
+    parts = tuple(Part((i,), e) for i, e in enumerate(levels.epsilons))
+    return PersonalizedMechanism("weighted", levels, parts, weights)
+
+
+def _plans(levels):
+    return [
+        minimum(levels),
+        threshold(levels, levels.epsilons[1]),
+        sampling(levels, levels.epsilons[-1]),
+        sampling(levels, levels.epsilons[1]),
+        _weighted(levels, (0.2, 0.3, 0.5)),
+        privacy_aware(levels, min_size=1000),  # head-count weights: no spread term
+    ]
+
+
+@pytest.mark.parametrize("levels", [WIDE, NARROW], ids=["wide", "narrow"])
+def test_query_variance_predicts_the_measured_error(levels):
+    for mech in _plans(levels):
+        predicted = mech.query_variance(1 / QUERIES)
+        measured, bias = _measured_variance(mech, runs=250, seed=11)
+        assert abs(bias) < 4 * np.sqrt(predicted / 250) + 1e-9, mech.name
+        if predicted < 1e-9:  # all at ε ≥ 1 with head-count weights: nothing to measure
+            assert measured < 1e-6, mech.name
+            continue
+        assert abs(measured / predicted - 1) < 0.12, (mech.name, measured, predicted)
+
+
+def test_query_variance_terms_each_matter():
+    """Each term is a large share of some plan's error, so the 12 % check above would catch its loss."""
+    f = 1 / QUERIES
+    samp = sampling(WIDE, WIDE.epsilons[-1])  # coins and spread; noise negligible at ε = 4
+    weighted = _weighted(WIDE, (0.2, 0.3, 0.5))  # spread only
+    noisy = minimum(NARROW)  # noise only
+    assert samp.query_variance(0.0) < 0.01 * samp.query_variance(
+        f
+    )  # noise is not what Sampling pays here
+    spread = {m.name: f * (1 - f) * _spread(m) for m in (samp, weighted)}
+    assert 0.2 < spread["sampling"] / samp.query_variance(f) < 0.8  # coins and spread both large
+    assert spread["weighted"] / weighted.query_variance(f) > 0.95
+    assert noisy.query_variance(f) == pytest.approx(noisy.query_variance(0.0))  # pure noise
+    assert noisy.query_variance(f, query_bins=10) == pytest.approx(10 * noisy.query_variance(f))
+
+
+def _spread(mech):
+    from histogram.personalized.sampling import inclusion_probability
+
+    out, expected = 0.0, mech.expected_members()
+    for k, p in enumerate(mech.parts):
+        for i in p.levels:
+            q = (
+                1.0
+                if p.sample_below is None
+                else inclusion_probability(mech.levels.epsilons[i], p.sample_below)
+            )
+            out += mech.levels.counts[i] * (mech.weights[k] / expected[k] * q) ** 2
+    return out - 1.0 / mech.levels.total
+
+
+def test_query_variance_refuses_nonsense():
+    with pytest.raises(MechanismError, match="frequency"):
+        minimum(TIERS).query_variance(1.5)
+    with pytest.raises(MechanismError, match="query_bins"):
+        minimum(TIERS).query_variance(0.5, query_bins=0)
