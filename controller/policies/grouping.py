@@ -352,6 +352,7 @@ class RescueDPState:
         interval: each bin's sampling interval I (real, >= 1).
         next_sample: the timestep at which each bin is next due.
         errors: ``bins × pid_window`` feedback errors (newest last, NaN = none yet).
+        process: each bin's process variance Q per timestep, learnt from its innovations.
         labels: this timestep's groups (set by ``decide`` for ``smooth``; None between timesteps).
         next_scale: λ_r, the noise scale the next sample can expect (set by ``decide``).
     """
@@ -362,6 +363,7 @@ class RescueDPState:
     interval: np.ndarray
     next_sample: np.ndarray
     errors: np.ndarray
+    process: np.ndarray
     labels: np.ndarray | None = None
     next_scale: float = 0.0
 
@@ -369,7 +371,7 @@ class RescueDPState:
         return {"estimate": _enc(self.estimate), "variance": _enc(self.variance),
                 "last_sample": _enc(self.last_sample), "interval": _enc(self.interval),
                 "next_sample": _enc(self.next_sample), "errors": _enc(self.errors),
-                "errors_shape": list(self.errors.shape), "labels": _enc(self.labels),
+                "errors_shape": list(self.errors.shape), "process": _enc(self.process), "labels": _enc(self.labels),
                 "next_scale": repr(self.next_scale)}
 
     @classmethod
@@ -378,12 +380,14 @@ class RescueDPState:
             errors = decode_array(data["errors"]).reshape(tuple(int(x) for x in data["errors_shape"])).copy()
             out = cls(_arr(data["estimate"], "estimate"), decode_array(data["variance"]),
                       decode_array(data["last_sample"]), decode_array(data["interval"]),
-                      decode_array(data["next_sample"]), _frozen(errors), _arr(data["labels"], "labels"),
+                      decode_array(data["next_sample"]), _frozen(errors), decode_array(data["process"]),
+                      _arr(data["labels"], "labels"),
                       float(data["next_scale"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"malformed RescueDP state: {exc}") from exc
         n = out.variance.size
-        if any(a.size != n for a in (out.last_sample, out.interval, out.next_sample)) or out.errors.shape[0] != n \
+        if any(a.size != n for a in (out.last_sample, out.interval, out.next_sample, out.process)) \
+                or out.errors.shape[0] != n \
                 or (out.interval.size and float(out.interval.min()) < 1.0) or not math.isfinite(out.next_scale):
             raise StateError("malformed RescueDP state: arrays of different sizes or an interval below 1")
         return out
@@ -402,8 +406,11 @@ class RescueDPPolicy:
         theta: the interval step θ (the paper's 10).
         kp, ki: PID gains on the feedback error (the paper's 0.9, 0.1).
         pid_window: π, the feedback errors the integral averages (the paper's 3).
-        process_ratio: the filter's process variance Q per timestep as a
-            fraction of the noise variance of one sample at ε_max (public).
+        process_ratio: the floor (and start) of the filter's process variance Q
+            per timestep, as a fraction of the noise variance of one sample at ε_max.
+        q_rate: how fast each bin's Q follows its innovations: ``Q ← (1−a)·Q + a·q̂``
+            with ``q̂ = max(0, (innovation² − R − P)/Δt)`` (adaptive Kalman filtering
+            from the noisy samples only: post-processing).
         group_factor: a sampled bin whose estimate is below ``group_factor·Δ/ε_t``
             (the sample's noise scale) is grouped with other such bins until the
             group's estimated sum reaches that level.
@@ -419,6 +426,7 @@ class RescueDPPolicy:
     ki: float = 0.1
     pid_window: int = 3
     process_ratio: float = 0.1
+    q_rate: float = 0.2
     group_factor: float = 1.0
     name: str = "rescuedp"
 
@@ -426,6 +434,8 @@ class RescueDPPolicy:
         _require_w_event(self.unit, self.name)
         for name in ("phi", "p_max", "theta", "process_ratio"):
             _positive(f"RescueDP {name}", getattr(self, name))
+        if not 0 <= self.q_rate <= 1:
+            raise ConfigurationError(f"RescueDP q_rate must lie in [0, 1], got {self.q_rate!r}")
         for name in ("kp", "ki", "group_factor"):
             _positive(f"RescueDP {name}", getattr(self, name), allow_zero=True)
         if self.p_max > 1:
@@ -461,13 +471,14 @@ class RescueDPPolicy:
 
     def reset(self) -> RescueDPState:
         return RescueDPState(None, np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64),
-                             np.zeros((0, self.pid_window)))
+                             np.zeros((0, self.pid_window)), np.zeros(0))
 
     def _sized(self, state: RescueDPState, bins: int) -> RescueDPState:
         if state.variance.size == bins:
             return state
         return RescueDPState(None, np.zeros(bins), np.full(bins, -1, dtype=np.int64), np.ones(bins),
-                             np.zeros(bins, dtype=np.int64), np.full((bins, self.pid_window), np.nan))
+                             np.zeros(bins, dtype=np.int64), np.full((bins, self.pid_window), np.nan),
+                             np.full(bins, self.process_variance))
 
     def groups(self, due: np.ndarray, estimate: np.ndarray | None, scale: float) -> np.ndarray:
         """Dynamic grouping of the due bins from their estimates (public): labels per bin, −1 if not due.
@@ -529,9 +540,15 @@ class RescueDPPolicy:
         interval, next_sample = state.interval.copy(), state.next_sample.copy()
         seen = last[measured] >= 0
         prior = estimate[measured]
-        p = np.where(seen, variance[measured] + self.process_variance * (timestep - last[measured]), 0.0)
+        dt = np.maximum(timestep - last[measured], 1)
+        process = state.process.copy()
+        q = process[measured]
+        p = np.where(seen, variance[measured] + q * dt, 0.0)
         gain = np.where(seen, p / (p + r), 1.0)
         post = prior + gain * (z - prior)
+        learnt = np.maximum(0.0, ((z - prior) ** 2 - r - variance[measured]) / dt)
+        process[measured] = np.where(seen, np.maximum((1 - self.q_rate) * q + self.q_rate * learnt,
+                                                      self.process_variance), q)
         estimate[measured] = post
         variance[measured] = np.where(seen, (1.0 - gain) * p, r)
         # adaptive sampling: PID on |this release − the last one| per bin, against the next sample's noise λ_r
@@ -543,7 +560,7 @@ class RescueDPPolicy:
         next_sample[measured] = timestep + np.floor(interval[measured]).astype(np.int64)
         last[measured] = timestep
         new = RescueDPState(_frozen(estimate.copy()), _frozen(variance), _frozen(last), _frozen(interval),
-                            _frozen(next_sample), _frozen(errors))
+                            _frozen(next_sample), _frozen(errors), _frozen(process))
         out = _frozen(estimate)
         inf = np.broadcast_to(np.float64(np.inf), out.shape)  # a filtered estimate: no interval claimed
         details = {"sampled_bins": int(measured.size), "groups": int(sums.size)}
@@ -561,4 +578,5 @@ class RescueDPPolicy:
     def describe(self) -> dict[str, Any]:
         return {"decision": self.name, "epsilon_max": str(self.epsilon_max), "phi": self.phi, "p_max": self.p_max,
                 "theta": self.theta, "pid": [self.kp, self.ki, self.pid_window],
-                "process_ratio": self.process_ratio, "group_factor": self.group_factor, "filter": "kalman"}
+                "process_ratio": self.process_ratio, "q_rate": self.q_rate, "group_factor": self.group_factor,
+                "filter": "kalman"}
