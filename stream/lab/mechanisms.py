@@ -77,7 +77,7 @@ MECHANISMS: dict[str, str] = {
 HISTOGRAM_MECHANISMS = frozenset({"lpa", "psd"})
 QUERY_KINDS = ("range1", "range2", "range3", "range_all", "marg1", "marg2")
 SCHEDULES = ("fixed", "uniform")
-DEFAULT_MAX_CELLS = 10_000_000
+DEFAULT_MAX_CELLS = 2_000_000  # PSD peaked at 12 GiB RSS on 1.7M cells (docs/results.md, issue 15)
 DEFAULT_SYNTHETIC = 100_000
 
 
