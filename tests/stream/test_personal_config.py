@@ -118,3 +118,9 @@ def test_scale_out_is_refused():
             service={"role": "worker"},
         )
     assert "service.role" in one_line(exc)
+
+
+def test_check_config_summary_names_the_tiers():
+    from stream.commands.check_config import summary
+
+    assert "personal minimum (basic=1/2, research=2, default=1)" in summary(settings())
