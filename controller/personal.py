@@ -179,7 +179,8 @@ class PersonalEngine:
             return out
         part = self.plan.parts[self._sampled[0]]
         t = part.sample_below
-        below = np.flatnonzero([self.plan.levels.epsilons[lv] < t for lv in out]) if out.size else np.zeros(0, int)
+        below_level = np.array([e < t for e in self.plan.levels.epsilons], dtype=bool)
+        below = np.flatnonzero(below_level[out])
         key = state.coin_key.to_bytes(16, "little")
         if hasattr(persons, "to_pylist"):  # an Arrow string array of person keys
             persons = persons.to_pylist()

@@ -47,6 +47,9 @@ def summary(settings: Any) -> str:
         promise = f"user-level ε={p.epsilon} over {p.horizon} timesteps"
     else:
         promise = f"w-event ε={p.epsilon} per {p.w} timesteps"
+    if p.personal is not None:  # per-person budgets: the tiers' ε, the default last
+        tiers = ", ".join(f"{n}={e}" for n, e in p.personal.tiers.items())
+        promise += f", personal {p.personal.mechanism} ({tiers}, default={p.epsilon})"
     return (f"ok: stream {settings.stream.id}: {r.decision} + {r.mechanism}, {promise} (cutoff {p.cutoff}), "
             f"timestep {format_duration(settings.stream.timestep)}, domain {domain.size} bins "
             f"({names}: {shape}), {k.input_topic} -> {k.output_topic}, fingerprint {settings.fingerprint()[:12]}")

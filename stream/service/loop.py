@@ -210,6 +210,11 @@ def _budget(pipeline: ReleasePipeline, settings: Settings) -> tuple[Fraction, Fr
         exhausted = state.fresh_count >= settings.privacy.cutoff or remaining <= 0
     else:
         exhausted = remaining <= 0
+    parts = getattr(state, "parts", None)
+    if parts is not None:  # privacy.personal: exhausted once every part's sub-stream is
+        cutoff = settings.privacy.cutoff if settings.privacy.unit == "user-level" else None
+        exhausted = all((cutoff is not None and s.fresh_count >= cutoff) or s.accountant.remaining(last) <= 0
+                        for s in parts)
     return Fraction(settings.privacy.epsilon), acct.spent, remaining, exhausted
 
 

@@ -152,3 +152,9 @@ def test_stateless_postprocessing_is_allowed_with_personal_budgets():
         kafka={"record_time": "log-append-time"},
     )
     assert s.personal_declaration().levels.counts == (5, 5)
+
+
+def test_check_config_summary_names_the_tiers():
+    from stream.commands.check_config import summary
+
+    assert "personal minimum (basic=1/2, research=2, default=1)" in summary(settings())

@@ -197,3 +197,27 @@ def test_counts_files_are_refused_for_personal_streams(tmp_path):
     pipe = ReleasePipeline(make(tmp_path))
     with pytest.raises(StateError, match="no budget tiers"):
         pipe.release_counts(np.zeros(3, dtype=np.int64))
+
+
+def test_budget_metric_is_exhausted_only_when_every_part_is(tmp_path):
+    from stream.service.loop import _budget
+
+    s = load_settings(
+        privacy={"unit": "user-level", "epsilon": "1", "horizon": 2, "cutoff": 2,
+                 "personal": {"mechanism": "privacy_aware", "attribute": "consent",
+                              "tiers": {"basic": "0.5", "research": "2"},
+                              "persons": {"basic": 30, "research": 20, "default": 10}}},
+        schema={"attributes": [{"name": "a", "kind": "categorical", "values": ["x", "y", "z"]}]},
+        release={"decision": "uniform"}, kafka={"record_time": "log-append-time"},
+        stream={"start": "2024-01-01T00:00:00Z", "timestep": "1h"},
+        randomness={"seed": 3, "allow_seeded_noise": True},
+    )
+    pipe = ReleasePipeline(s)
+    pipe.offer(EventBatch.from_records(events(timesteps=1)), whole_input=True)
+    pipe.seal(final=True)
+    assert _budget(pipe, s)[3] is False
+    pipe.offer(EventBatch.from_records([e for e in events(timesteps=2) if e["event_time"] >= START + HOUR]),
+               whole_input=True)
+    pipe.seal(final=True)
+    budget, spent, remaining, exhausted = _budget(pipe, s)
+    assert exhausted is True and spent == 1 and remaining == 0  # the default tier's ledger: all of ε=1
