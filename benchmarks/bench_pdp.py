@@ -32,7 +32,10 @@ What the thesis does (§5.3.1–5.3.2.1, Figures 5.2–5.5) and what this script
   k by eq. 5.2.3, minimum group size ``records/20``) and utility-based
   partitioning (Alg. 11, eq. 5.2.6, minimum group size ``records/100``),
   both combined by inverse-variance weights (§5.2.4) from the public
-  :class:`CountUtility`.
+  :class:`CountUtility`; and, not in the thesis, ``planned-sampling``:
+  Sampling at the threshold that minimises the predicted error
+  (:meth:`PersonalizedMechanism.query_variance`) at the workload's public
+  prior frequency, chosen from public information only.
 * **Queries and error.** The thesis's random range-count queries (a random
   interval on every attribute), relative frequency error
   |A_act − A_noisy| / n, mean over the queries; mean ± sd over ``--runs``
@@ -51,7 +54,7 @@ What the thesis does (§5.3.1–5.3.2.1, Figures 5.2–5.5) and what this script
 Prints one JSON object; ``--markdown`` prints the summary table on stderr;
 ``--plot`` draws one panel per (answer mode, dataset, budgets): RFE against
 the Sampling threshold, with Minimum and the partitionings as horizontal
-lines, as in Figures 5.2–5.5.
+lines, as in Figures 5.2–5.5, and the planned threshold as a red star.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ BUDGETS = ("uniform", "normal", "normal-clipped", "tiers")
 ANSWERS = ("query", "histogram")
 # Sampling thresholds evenly spaced from the smallest to the largest budget (plus the mean)
 SWEEP = 9
+PLAN_POINTS = 41  # candidate thresholds for the planned Sampling threshold
 
 
 # -- populations --------------------------------------------------------------------
@@ -162,15 +166,34 @@ def sweep(levels: BudgetLevels) -> list[Fraction]:
     return sorted(g for g in grid if lo <= g <= hi)
 
 
+def planned_threshold(levels: BudgetLevels, frequency: float, query_bins: float) -> Fraction:
+    """Sampling's threshold chosen from public information only: the one of PLAN_POINTS evenly
+    spaced budgets minimising :meth:`PersonalizedMechanism.query_variance` at a prior frequency."""
+    lo, hi = levels.minimum, levels.epsilons[-1]
+    grid = sorted(
+        {
+            Fraction(int((lo + (hi - lo) * Fraction(i, PLAN_POINTS - 1)) * GRID), GRID)
+            for i in range(PLAN_POINTS)
+        }
+        | {hi}
+    )
+    grid = [t for t in grid if t >= lo]
+    return min(grid, key=lambda t: sampling(levels, t).query_variance(frequency, query_bins))
+
+
 def mechanisms(
-    levels: BudgetLevels, utility: CountUtility, n: int
+    levels: BudgetLevels, utility: CountUtility, n: int, frequency: float = 0.05
 ) -> dict[str, PersonalizedMechanism]:
+    """The plans of one setting; ``frequency`` is the public prior a planned threshold uses."""
     mean = Fraction(int(float(levels.mean()) * GRID), GRID)
     out: dict[str, PersonalizedMechanism] = {
         "minimum": minimum(levels),
         "threshold@mean": threshold(levels, mean),
         "privacy-aware": privacy_aware(levels, min_size=max(1, n // 20), utility=utility),
         "utility-based": utility_based(levels, utility, min_size=max(1, n // 100)),
+        "planned-sampling": sampling(
+            levels, planned_threshold(levels, frequency, utility.query_bins)
+        ),
     }
     for t in sweep(levels):
         out[f"sampling@{float(t):.4g}"] = sampling(levels, t)
@@ -258,7 +281,7 @@ def run(
                     "max": float(levels.epsilons[-1]),
                     "mechanisms": {},
                 }
-                for name, mech in mechanisms(levels, util, records).items():
+                for name, mech in mechanisms(levels, util, records, f).items():
                     errs = []
                     start = time.perf_counter()
                     for r in range(runs):
@@ -272,9 +295,7 @@ def run(
                     setting["mechanisms"][name] = {
                         "rfe": float(np.mean(errs)),
                         "rfe_sd": float(np.std(errs)),
-                        "threshold": float(mech.parts[0].epsilon)
-                        if name.startswith("sampling")
-                        else None,
+                        "threshold": float(mech.parts[0].epsilon) if "sampling" in name else None,
                         "groups": [
                             [
                                 float(mech.levels.epsilons[p.levels[0]]),
@@ -322,6 +343,8 @@ def summary(setting: dict) -> dict:
         "sampling_best": best["rfe"],
         "sampling_best_threshold": best["threshold"],
         "sampling_at_max": by_t[-1]["rfe"],
+        "planned_sampling": m["planned-sampling"]["rfe"],
+        "planned_threshold": m["planned-sampling"]["threshold"],
         "thresholds": [v["threshold"] for v in by_t],
         "beats_sampling_at": [v["threshold"] for v in by_t if m[part]["rfe"] < v["rfe"]],
     }
@@ -331,8 +354,8 @@ def markdown(report: dict) -> str:
     """Errors ×10⁻³; the last column: at how many of the swept thresholds the better partitioning wins."""
     lines = [
         "| answer | data | budgets | Minimum | Sampling @mean | Sampling best (t) | Sampling @max "
-        "| privacy-aware (k) | utility-based (k) | partitioning < Sampling at |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| privacy-aware (k) | utility-based (k) | partitioning < Sampling at | planned Sampling (t) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in report["results"].values():
         m, v = s["mechanisms"], summary(s)
@@ -343,7 +366,8 @@ def markdown(report: dict) -> str:
             f"| {1e3 * v['sampling_at_max']:.3f} "
             f"| {1e3 * m['privacy-aware']['rfe']:.3f} ({len(m['privacy-aware']['groups'])}) "
             f"| {1e3 * m['utility-based']['rfe']:.3f} ({len(m['utility-based']['groups'])}) "
-            f"| {len(v['beats_sampling_at'])}/{len(v['thresholds'])} |"
+            f"| {len(v['beats_sampling_at'])}/{len(v['thresholds'])} "
+            f"| {1e3 * v['planned_sampling']:.3f} ({v['planned_threshold']:.3g}) |"
         )
     return "\n".join(lines)
 
@@ -382,6 +406,17 @@ def plot(report: dict, path: str) -> None:
             ("utility-based", ("tab:green", "-")),
         ):
             ax.axhline(1e3 * m[name]["rfe"], color=style[0], ls=style[1], label=name)
+        if "planned-sampling" in m:
+            planned = m["planned-sampling"]
+            ax.plot(
+                [planned["threshold"]],
+                [1e3 * planned["rfe"]],
+                marker="*",
+                ms=9,
+                ls="",
+                color="tab:red",
+                label="planned Sampling",
+            )
         ax.axvline(s["mean"], color="grey", lw=0.6)
         ax.set_yscale("log")
         ax.set_title(

@@ -44,7 +44,14 @@ def test_small_run_reports_every_setting_and_partitioning_beats_minimum(bench):
     }
     for key, setting in report["results"].items():
         mechs = setting["mechanisms"]
-        assert {"minimum", "threshold@mean", "privacy-aware", "utility-based"} <= set(mechs)
+        assert {
+            "minimum",
+            "threshold@mean",
+            "privacy-aware",
+            "utility-based",
+            "planned-sampling",
+        } <= set(mechs)
+        assert setting["min"] <= mechs["planned-sampling"]["threshold"] <= setting["max"]
         thresholds = sorted(m["threshold"] for n, m in mechs.items() if n.startswith("sampling@"))
         assert thresholds[0] == setting["min"] and thresholds[-1] == setting["max"]
         assert any(abs(t - setting["mean"]) < 1e-3 for t in thresholds), key
@@ -124,3 +131,16 @@ def test_per_query_noise_is_one_draw_per_query_at_the_parts_epsilon(bench):
     a = math.exp(-0.5)
     assert abs(errors.var() / (2 * a / (1 - a) ** 2) - 1) < 0.15
     assert abs(errors.mean()) < 0.3
+
+
+def test_planned_threshold_moves_down_when_leaving_people_out_costs_more_than_noise(bench):
+    """Noise summed over many bins: the largest budget; one draw per query: a threshold below it."""
+    levels = BudgetLevels(
+        (Fraction(1, 100), Fraction(1, 20), Fraction(1, 10)), (20_000, 50_000, 30_000)
+    )
+    assert bench.planned_threshold(levels, 0.05, query_bins=1000.0) == Fraction(1, 10)
+    low = bench.planned_threshold(levels, 0.05, query_bins=1.0)
+    assert Fraction(1, 100) < low < Fraction(1, 10)
+    assert sampling(levels, low).query_variance(0.05) < sampling(
+        levels, Fraction(1, 10)
+    ).query_variance(0.05)
