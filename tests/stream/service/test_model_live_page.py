@@ -131,3 +131,37 @@ def test_live_page_draws_marginal_bars_and_the_correlation_heat_map(tmp_path, mo
                     shutil.copyfile(shot, FIGURES / "live-page-model.png")
         finally:
             browser.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install -y chromium)")
+def test_live_page_shows_k_way_marginals_without_a_heat_map(tmp_path, monkeypatch):
+    """k-way marginals (k = 2, consistent): one bar chart per attribute, no correlation panel, the
+    accuracy card says no interval is claimed, and a cell of the 2-way table can be followed."""
+    release = {"decision": "uniform", "mechanism": "marginals", "marginals": {"k": 2}}
+    svc, _ = paced_service(monkeypatch, _settings(tmp_path / "state", release), pace=0.25, two_d=True,
+                           events_per_step=600, burst=6)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            with svc:
+                wait_for(lambda: svc.published() >= 6, 60, 0.1, "6 releases before the page opens")
+                w = Watched(browser, public_url(svc))
+                wait_for(lambda: w.count("#marginals rect.mbar") == 8 + 5, 30, 0.1, "the one-way bars")
+                wait_for(lambda: w.count("#series circle.pt") >= 6, 30, 0.1, "the history in the time series")
+                assert w.count("#corr rect.corr-cell") == 0
+                assert w.page.locator("#corr-panel").get_attribute("hidden") is not None
+                assert w.text("#accuracy") == "no interval claimed (consistent tables)"
+                assert "1 released table(s) of 2 or more attributes" in w.text("#chart-note")
+                r = w.shown_release()
+                published = [c for t in r["model"]["marginals"][:2] for c in t["counts"]]
+                bars = w.page.locator("#marginals rect.mbar").evaluate_all(
+                    "els => els.map(e => Number(e.getAttribute('data-count')))")
+                assert bars == pytest.approx(published, abs=1e-9)
+                # cell 13 is the 2-way table's first cell (after 8 + 5 one-way cells)
+                w.page.fill("#sel-to", "13")
+                w.page.fill("#sel-from", "13")
+                w.page.dispatch_event("#select-form", "change")
+                wait_for(lambda: w.text("#selection") == "cell 13 (x 0–12.5, y 0–20)", 10, 0.1, "the 2-way cell")
+                w.close(tmp_path / "live-marginals.png")
+        finally:
+            browser.close()
