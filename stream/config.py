@@ -29,6 +29,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -271,8 +272,21 @@ class PrivacySection(_Section):
         return self
 
 
+class PlannerSection(_Section):
+    """``release.planner``: options of ``decision: auto`` (:mod:`stream.lab.planner`).
+
+    ``public_history``: a counts file the user **declares public** (read by the planner instead of
+    synthetic streams; never the stream's own input). ``runs``: seeded simulation runs per stream;
+    ``timesteps``: length of each synthetic stream (more: slower start-up, steadier choice).
+    """
+
+    public_history: str | None = None
+    runs: int = Field(default=2, ge=1, le=50)
+    timesteps: int = Field(default=200, ge=10, le=5000)
+
+
 class ReleaseSection(_Section):
-    """``release.*``: decision method and mechanism."""
+    """``release.*``: decision method and mechanism (``decision: auto``: the planner chooses)."""
 
     decision: str = "dsat"
     mechanism: Literal["lpa", "psd"] = "lpa"
@@ -286,12 +300,13 @@ class ReleaseSection(_Section):
     pid: PIDSection = Field(default_factory=PIDSection)
     confidence: float = 0.95
     psd: dict[str, Any] = Field(default_factory=dict)
+    planner: PlannerSection | None = None
 
     @field_validator("decision")
     @classmethod
     def _decision(cls, v: str) -> str:
-        if v not in METHODS:
-            raise ValueError(f"unknown decision method {v!r}: choose one of {', '.join(METHODS)}")
+        if v not in (*METHODS, "auto"):
+            raise ValueError(f"unknown decision method {v!r}: choose one of {', '.join(METHODS)}, auto")
         return v
 
     @field_validator("confidence")
@@ -502,6 +517,13 @@ class Settings(BaseSettings):
     randomness: RandomnessSection = Field(default_factory=RandomnessSection)
     kafka: KafkaSection = Field(default_factory=KafkaSection)
     service: ServiceSection = Field(default_factory=ServiceSection)
+    #: the planner's :class:`stream.lab.planner.Plan` when ``decision: auto`` was resolved (not a setting)
+    _plan: Any = PrivateAttr(default=None)
+
+    @property
+    def plan(self) -> Any:
+        """Why ``decision: auto`` chose this method (None when the configuration named it)."""
+        return self._plan
 
     @classmethod
     def settings_customise_sources(
@@ -585,10 +607,15 @@ class Settings(BaseSettings):
             return UserLevel(p.epsilon, p.horizon, p.cutoff)  # type: ignore[arg-type]
         return WEvent(p.epsilon, p.w, p.cutoff)  # type: ignore[arg-type]
 
-    def method_spec(self) -> MethodSpec:
+    def method_spec(self, decision: str | None = None) -> MethodSpec:
+        """The controller's view (``decision``: another method with the same parameters)."""
         r, p = self.release, self.privacy
+        if (decision or r.decision) == "auto":
+            raise ConfigurationError(
+                "release.decision: auto is replaced by the planner's choice before use: load the configuration "
+                "with a dpstream command (check-config, run, evaluate, replay) or stream.commands.load_resolved")
         return MethodSpec(
-            decision=r.decision,
+            decision=decision or r.decision,
             unit=self.unit(),
             threshold=r.threshold,
             population=p.population,
@@ -633,7 +660,7 @@ class Settings(BaseSettings):
             "domain": self.domain().describe(),
             # the population declaration is deployment accounting, not what a release means or costs
             "privacy": self.privacy.model_dump(mode="json", exclude={"shared_population"}),
-            "release": self.release.model_dump(mode="json"),
+            "release": self.release.model_dump(mode="json", exclude={"planner"}),  # how, not what, is chosen
             "schema_version": 1,
         }
 
@@ -643,7 +670,17 @@ class Settings(BaseSettings):
         return hashlib.sha256(canon.encode()).hexdigest()
 
     def validate_all(self) -> Settings:
-        """Build the domain and the method once so every cross-field error surfaces now."""
+        """Build the domain and the method once so every cross-field error surfaces now.
+
+        ``release.decision: auto`` is checked with a placeholder method here; the commands replace it
+        with the planner's choice (:func:`stream.commands.load_resolved`)."""
+        if self.release.decision == "auto":
+            try:
+                self.domain()
+                build_engine(self.method_spec("uniform"), self.mechanism(), self.domain().size)
+            except (ConfigurationError, HistogramError) as exc:
+                raise ConfigError(f"invalid configuration: {exc}") from exc
+            return self
         try:
             self.domain()
             self.method_spec()

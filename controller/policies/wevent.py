@@ -361,7 +361,8 @@ class FastPolicy:
         derivative = 0.0 if len(errors) < 2 or state.last_sample < 0 else \
             (errors[-1] - errors[-2]) / (timestep - state.last_sample)
         control = self.cp * error + self.ci * sum(errors) / len(errors) + self.cd * derivative
-        step = self.theta * (1.0 - math.exp((control - self.xi) / self.xi))
+        # capped exponent: a large control error means 'sample as often as possible' (exp would overflow)
+        step = self.theta * (1.0 - math.exp(min((control - self.xi) / self.xi, 700.0)))
         interval = max(1, int(state.interval + step))
         posterior = np.array(posterior, dtype=np.float64)
         posterior.setflags(write=False)
