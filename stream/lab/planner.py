@@ -153,13 +153,18 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         return {"choice": self.choice.to_json(), "lab_choice": self.lab_choice.to_json(),
-                "scenarios": list(self.scenarios), "scores": dict(self.scores),
-                "mae": {k: list(v) for k, v in self.mae.items()}, "zero_mae": list(self.zero_mae),
+                "scenarios": list(self.scenarios), "scores": {k: _finite(v) for k, v in self.scores.items()},
+                "mae": {k: [_finite(x) for x in v] for k, v in self.mae.items()}, "zero_mae": list(self.zero_mae),
                 "reasons": list(self.reasons), "warnings": list(self.warnings), "facts": dict(self.facts)}
 
     def text(self) -> str:
         """The reasons and warnings, one line each (for the terminal and the start-up log)."""
         return "\n".join([*self.reasons, *(f"warning: {w}" for w in self.warnings)])
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: an unusable candidate's error is null."""
+    return x if math.isfinite(x) else None
 
 
 # -- public facts and scenarios ---------------------------------------------------------------
@@ -271,7 +276,8 @@ def simulate(settings: Any, streams: list[np.ndarray], runs: int, seed: int
         for p in posts:
             c = Candidate(bc.decision, p, bc.noise_floor)
             cands[c.name] = c
-            mae[c.name] = [row[p] for row in per_stream]
+            # non-finite: unusable (e.g. kalman over FAST, which publishes no interval to weigh by)
+            mae[c.name] = [row[p] if math.isfinite(row[p]) else math.inf for row in per_stream]
     return mae, cands
 
 
@@ -339,8 +345,8 @@ def plan(settings: Any, *, runs: int | None = None) -> Plan:
         return _CACHE[key]
     base = _concrete(settings)
     bins = facts["bins"]
-    if facts["public_history"]:
-        hist = _history(facts["public_history"], bins)
+    if facts["public_history"]:  # its last `timesteps` rows (start-up time stays bounded)
+        hist = _history(facts["public_history"], bins)[-int(facts["timesteps"]):]
         streams = {"public-history": hist}
     else:
         steps = planning_timesteps(facts)
@@ -403,12 +409,13 @@ def _explain(p: Plan, chosen: Any) -> Plan:
 
 
 def _zero_warnings(p: Plan, name: str) -> list[str]:
-    worse = [s for s, m, z in zip(p.scenarios, p.mae[name], p.zero_mae, strict=True) if m > z]
+    """Scenarios where the choice is not at least 2 % better than the zero release."""
+    worse = [s for s, m, z in zip(p.scenarios, p.mae[name], p.zero_mae, strict=True) if m >= 0.98 * z]
     if not worse:
         return []
-    return [f"{name} is expected to do worse than publishing nothing (the zero release) on {len(worse)} of "
-            f"{len(p.scenarios)} public streams ({', '.join(worse)}): at this ε and domain the noise exceeds the "
-            "counts; consider a larger ε, a coarser domain (fewer bins) or a larger w-window budget"]
+    return [f"{name} is expected to do no better than publishing nothing (the zero release), or worse, on "
+            f"{len(worse)} of {len(p.scenarios)} public streams ({', '.join(worse)}): at this ε and domain the "
+            "noise is as large as the counts; consider a larger ε, a coarser domain (fewer bins) or a larger w"]
 
 
 # -- warnings for any configuration ------------------------------------------------------------
