@@ -366,17 +366,32 @@ def plan(settings: Any, *, runs: int | None = None) -> Plan:
     return result
 
 
+#: The issue's tolerance: a candidate "as good as the best" is within this factor of its error.
+TOLERANCE = 1.1
+#: A candidate whose error on some stream exceeds this factor of that stream's best is a last resort.
+CATASTROPHE = 2.0
+
+
 def rank(mae: dict[str, list[float]] | dict[str, tuple[float, ...]],
          use: list[int] | None = None) -> tuple[dict[str, float], list[str]]:
-    """Scores (geometric mean over the scenarios ``use`` of MAE / that scenario's best MAE) and the
-    candidate names best first (ties: the smaller worst ratio, then the name)."""
+    """Scores and the candidate names best first, over the streams ``use`` (default all).
+
+    The score is the geometric mean over the streams of MAE / that stream's best MAE. The order:
+    first the candidates that are never more than :data:`CATASTROPHE` times a stream's best (if
+    any is), among them the most streams within :data:`TOLERANCE` of the best (the criterion
+    the issue measures the planner by), then the lower score, the lower worst ratio, the name."""
     cols = list(range(len(next(iter(mae.values()))))) if use is None else list(use)
     clean = {n: [x if math.isfinite(x) else math.inf for x in v] for n, v in mae.items()}  # NaN: unusable
     best = {i: max(min(v[i] for v in clean.values()), 1e-12) for i in cols}
     ratios = {n: [max(v[i], 1e-12) / best[i] for i in cols] for n, v in clean.items()}
     scores = {n: float(np.exp(np.mean(np.log(r)))) for n, r in ratios.items()}
-    order = sorted(scores, key=lambda n: (round(scores[n], 12), max(ratios[n]), n))
-    return scores, order
+    safe = any(max(r) <= CATASTROPHE for r in ratios.values())
+
+    def key(n: str) -> tuple:
+        r = ratios[n]
+        return (safe and max(r) > CATASTROPHE, -sum(x <= TOLERANCE for x in r), round(scores[n], 12), max(r), n)
+
+    return scores, sorted(scores, key=key)
 
 
 def _explain(p: Plan, chosen: Any) -> Plan:
@@ -393,8 +408,11 @@ def _explain(p: Plan, chosen: Any) -> Plan:
                f"{f['bins']} bins, {f['mechanism']}): simulated {len(p.scores)} candidates on {where}, "
                f"{f['runs']} seeded run(s) each"]
     runner = next((n for n in service_ranked if n != c), None)
-    reasons.append(f"chose {c}: error {p.scores[c]:.3g}x the best candidate of each stream (geometric mean)"
-                   + (f"; next {runner} at {p.scores[runner]:.3g}x" if runner else ""))
+    within = sum(m <= TOLERANCE * min(v[i] for v in p.mae.values()) for i, m in enumerate(p.mae[c]))
+    worst = max(m / max(min(v[i] for v in p.mae.values()), 1e-12) for i, m in enumerate(p.mae[c]))
+    reasons.append(f"chose {c}: within {TOLERANCE}x of the best candidate on {within} of {len(p.scenarios)} "
+                   f"streams, {p.scores[c]:.3g}x the best on average (geometric mean), {worst:.3g}x at worst"
+                   + (f"; next {runner} at {p.scores[runner]:.3g}x on average" if runner else ""))
     reasons.append("release settings: " + ", ".join(f"release.{k}: {str(v).lower() if isinstance(v, bool) else v}"
                                                     for k, v in p.choice.release_changes().items())
                    + " (write them into the configuration to pin the choice)")
