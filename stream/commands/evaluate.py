@@ -146,8 +146,9 @@ def run(args: argparse.Namespace) -> int:
         if args.recommend:
             from stream.lab.recommend import candidates
 
-            methods = candidates(settings, [m for m in parse_methods(args.methods) if m != "auto"]
-                                 if args.methods else None) + ["auto"]  # where the planner's pick ranks
+            asked = parse_methods(args.methods) if args.methods else []
+            methods = candidates(settings, [m for m in asked if m != "auto"] or None)
+            methods += ["auto"] if "auto" in asked else []  # where the planner's pick ranks, when asked
         else:
             methods = parse_methods(args.methods or DEFAULT_METHODS)
         true_versions = parse_methods(args.true_versions) if args.true_versions.strip() else []
