@@ -74,12 +74,14 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="also write every candidate's MAE and the plans here")
     ap.add_argument("--cache", default=None, help="keep the candidates' measured MAE here (reused when present)")
     ap.add_argument("--history-dir", default="/tmp/dpstream-planner-history")
+    ap.add_argument("--plans", default=None, help="keep the planner's choices here (reused when present)")
+    ap.add_argument("--plans-only", action="store_true", help="only compute the planner's choices (--plans)")
     args = ap.parse_args()
     cells = [(f, e, w, args.runs, args.scale) for f in args.families.split(",") for e in (0.1, 1.0) for w in (10, 50)]
     t0 = time.time()
     cache = Path(args.cache) if args.cache else None
     measured = json.loads(cache.read_text()) if cache and cache.exists() else {}
-    todo = [c for c in cells if f"{c[0]}/{c[1]:g}/{c[2]}/{c[3]}" not in measured]
+    todo = [] if args.plans_only else [c for c in cells if f"{c[0]}/{c[1]:g}/{c[2]}/{c[3]}" not in measured]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for c, m in zip(todo, pool.map(measure, todo), strict=True):
             measured[f"{c[0]}/{c[1]:g}/{c[2]}/{c[3]}"] = m
@@ -94,8 +96,17 @@ def main() -> int:
             arr = truth_of(f, args.scale, seed=2)
             h.write_text("bin_0\n" + "\n".join(str(int(x)) for x in arr[:, 0]) + "\n")
             hists[f] = str(h)
-        plans = list(pool.map(choose, [(c[0], c[1], c[2], c[4], None) for c in cells]))
-        hplans = list(pool.map(choose, [(c[0], c[1], c[2], c[4], hists[c[0]]) for c in cells]))
+        pfile = Path(args.plans) if args.plans else None
+        saved = json.loads(pfile.read_text()) if pfile and pfile.exists() else None
+        if saved is None:
+            plans = list(pool.map(choose, [(c[0], c[1], c[2], c[4], None) for c in cells]))
+            hplans = list(pool.map(choose, [(c[0], c[1], c[2], c[4], hists[c[0]]) for c in cells]))
+            if pfile:
+                pfile.write_text(json.dumps([plans, hplans]))
+        else:
+            plans, hplans = saved
+    if args.plans_only:
+        return 0
     print("| family | ε | w | auto | ratio | auto+lab | ratio | held out | ratio | auto, public history | ratio | "
           "best candidate | best MAE | zero release |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
