@@ -332,7 +332,6 @@ def plan(settings: Any, *, runs: int | None = None) -> Plan:
     facts = public_facts(settings)
     if runs is not None:
         facts["runs"] = runs
-    hist = None
     digest = None
     if facts["public_history"]:
         path = Path(facts["public_history"])
@@ -346,8 +345,7 @@ def plan(settings: Any, *, runs: int | None = None) -> Plan:
     base = _concrete(settings)
     bins = facts["bins"]
     if facts["public_history"]:  # its last `timesteps` rows (start-up time stays bounded)
-        hist = _history(facts["public_history"], bins)[-int(facts["timesteps"]):]
-        streams = {"public-history": hist}
+        streams = {"public-history": _history(facts["public_history"], bins)[-int(facts["timesteps"]):]}
     else:
         steps = planning_timesteps(facts)
         population = facts["population"] or bins
