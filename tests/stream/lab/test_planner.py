@@ -215,3 +215,19 @@ def test_scenarios_follow_the_declared_population() -> None:
     assert s.shape == (50, 10) and s.sum(axis=1).max() <= 300 and s.sum(axis=1).max() >= 250
     sparse = planner.scenario("sudden", 50, 1000, 100)
     assert (sparse == 0).mean() > 0.8  # 100 people over 1,000 bins: mostly empty bins
+
+
+def test_run_logs_the_choice_and_the_warnings(tmp_path, caplog) -> None:
+    import logging
+
+    from stream.commands.run import _warn_about_configuration
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_config()))
+    with caplog.at_level(logging.INFO, logger="dpstream.run"):
+        _warn_about_configuration(load_resolved(str(path)))
+    assert any(r.getMessage().startswith("chose ") for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dpstream.run"):
+        _warn_about_configuration(_settings(decision="dsft", threshold=0.001))
+    assert [r for r in caplog.records if r.levelno == logging.WARNING and "noise floor" in r.getMessage()]
