@@ -390,8 +390,21 @@ class MarginalsSection(_Section):
     synthetic_size: int = Field(default=0, ge=0, le=MAX_SYNTHETIC)
 
 
+class PlannerSection(_Section):
+    """``release.planner``: options of ``decision: auto`` (:mod:`stream.lab.planner`).
+
+    ``public_history``: a counts file the user **declares public** (read by the planner instead of
+    synthetic streams; never the stream's own input). ``runs``: seeded simulation runs per stream;
+    ``timesteps``: length of each synthetic stream (more: slower start-up, steadier choice).
+    """
+
+    public_history: str | None = None
+    runs: int = Field(default=2, ge=1, le=50)
+    timesteps: int = Field(default=200, ge=10, le=5000)
+
+
 class ReleaseSection(_Section):
-    """``release.*``: decision method and mechanism."""
+    """``release.*``: decision method and mechanism (``decision: auto``: the planner chooses)."""
 
     decision: str = "dsat"
     mechanism: Literal["lpa", "psd", "copula", "marginals"] = "lpa"
@@ -409,12 +422,13 @@ class ReleaseSection(_Section):
     psd: dict[str, Any] = Field(default_factory=dict)
     copula: CopulaSection | None = None
     marginals: MarginalsSection | None = None
+    planner: PlannerSection | None = None
 
     @field_validator("decision")
     @classmethod
     def _decision(cls, v: str) -> str:
-        if v not in METHODS:
-            raise ValueError(f"unknown decision method {v!r}: choose one of {', '.join(METHODS)}")
+        if v not in (*METHODS, "auto"):
+            raise ValueError(f"unknown decision method {v!r}: choose one of {', '.join(METHODS)}, auto")
         return v
 
     @field_validator("confidence")
@@ -648,6 +662,14 @@ class Settings(BaseSettings):
     #: the personal budget declaration, consent table included, as read once at start-up
     _personal: Any = PrivateAttr(default=None)
 
+    #: the planner's :class:`stream.lab.planner.Plan` when ``decision: auto`` was resolved (not a setting)
+    _plan: Any = PrivateAttr(default=None)
+
+    @property
+    def plan(self) -> Any:
+        """Why ``decision: auto`` chose this method (None when the configuration named it)."""
+        return self._plan
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -745,11 +767,16 @@ class Settings(BaseSettings):
             return sum(comb(m, i) for i in range(1, min(k, m) + 1))
         return 1
 
-    def method_spec(self) -> MethodSpec:
+    def method_spec(self, decision: str | None = None) -> MethodSpec:
+        """The controller's view (``decision``: another method with the same parameters)."""
         r, p = self.release, self.privacy
+        if (decision or r.decision) == "auto":
+            raise ConfigurationError(
+                "release.decision: auto is replaced by the planner's choice before use: load the configuration "
+                "with a dpstream command (check-config, run, evaluate, replay) or stream.commands.load_resolved")
         tables = self.model_tables()
         return MethodSpec(
-            decision=r.decision,
+            decision=decision or r.decision,
             unit=self.unit(),
             threshold=r.threshold,
             population=None if p.population is None else p.population * tables,
@@ -909,7 +936,7 @@ class Settings(BaseSettings):
     def _release_view(self) -> dict[str, Any]:
         """``release.*`` as JSON; the model mechanisms' sections only when set (unset, they change no
         existing stream's fingerprint)."""
-        view = self.release.model_dump(mode="json")
+        view = self.release.model_dump(mode="json", exclude={"planner"})  # how, not what, is chosen
         defaults = {"copula": CopulaSection, "marginals": MarginalsSection}
         for name in MODEL_MECHANISMS:
             if view.get(name) is None:
@@ -924,7 +951,17 @@ class Settings(BaseSettings):
         return hashlib.sha256(canon.encode()).hexdigest()
 
     def validate_all(self) -> Settings:
-        """Build the domain and the method once so every cross-field error surfaces now."""
+        """Build the domain and the method once so every cross-field error surfaces now.
+
+        ``release.decision: auto`` is checked with a placeholder method here; the commands replace it
+        with the planner's choice (:func:`stream.commands.load_resolved`)."""
+        if self.release.decision == "auto":
+            try:
+                self.domain()
+                build_engine(self.method_spec("uniform"), self.mechanism(), self.domain().size)
+            except (ConfigurationError, HistogramError) as exc:
+                raise ConfigError(f"invalid configuration: {exc}") from exc
+            return self
         try:
             self.domain()
             self.method_spec()

@@ -17,7 +17,7 @@ import argparse
 
 __all__ = [
     "CommandError", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED",
-    "positive_int", "non_negative_int", "port_number", "print_error",
+    "positive_int", "non_negative_int", "port_number", "print_error", "load_resolved",
 ]
 
 EXIT_OK = 0
@@ -74,3 +74,20 @@ def port_number(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a valid port (1-65535, or 0 for any free port)")
     return value
+
+
+def load_resolved(path: str | None, **overrides: object) -> object:
+    """:func:`stream.config.load_settings`, with ``release.decision: auto`` replaced by the planner's
+    choice (:func:`stream.lab.planner.resolve`: from the configuration and a declared-public history
+    only; the settings' ``plan`` says why). Raises ``ConfigError`` (exit 2) when it cannot plan."""
+    from stream.config import ConfigError, load_settings
+
+    settings = load_settings(path, **overrides)
+    if settings.release.decision != "auto":
+        return settings
+    from stream.lab.planner import PlannerError, resolve
+
+    try:
+        return resolve(settings)
+    except PlannerError as exc:
+        raise ConfigError(f"release.decision: auto: {exc}") from None

@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-__all__ = ["register", "run", "check", "summary"]
+__all__ = ["register", "run", "check", "summary", "planner_lines"]
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -57,14 +57,26 @@ def summary(settings: Any) -> str:
 
 def check(path: str, *, check_files: bool = True) -> int:
     """Validate ``path``; print the summary line and return 0, or raise ConfigError (exit 2)."""
-    from stream.config import ConfigError, load_settings, missing_files
+    from stream.commands import load_resolved
+    from stream.config import ConfigError, missing_files
 
-    settings = load_settings(path)
+    settings = load_resolved(path)
     missing = missing_files(settings) if check_files else []
     if missing:
         raise ConfigError(*missing)
     print(summary(settings), file=sys.stdout)
+    for line in planner_lines(settings):  # why decision: auto chose, and what to worry about (public only)
+        print(f"dpstream check-config: {line}", file=sys.stderr)
     return 0
+
+
+def planner_lines(settings: Any) -> list[str]:
+    """The planner's reasons (``decision: auto``) and the configuration's warnings, one per line."""
+    from stream.lab.planner import warnings_for
+
+    if settings.plan is not None:
+        return settings.plan.text().splitlines()
+    return [f"warning: {w}" for w in warnings_for(settings)]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -63,6 +63,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="events CSV, or a counts file (one row per timestep)")
     p.add_argument("--methods", default=None,
                    help=f"comma-separated decision methods (default {DEFAULT_METHODS}; bd and ba need w-event; "
+                        "auto: the planner's choice from the configuration alone; "
                         "with --recommend: the methods to try, default all)")
     p.add_argument("--recommend", action="store_true",
                    help="try every method this config can run, as published, +nonnegative and +kalman, and "
@@ -140,8 +141,8 @@ def _unwritable(target: str) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from controller.errors import ConfigurationError, StateError
     from histogram.errors import HistogramError
-    from stream.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-    from stream.config import ConfigError, load_settings
+    from stream.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, load_resolved
+    from stream.config import ConfigError
     from stream.lab.evaluate import (
         EvaluationError,
         InputError,
@@ -154,11 +155,13 @@ def run(args: argparse.Namespace) -> int:
     if args.mechanisms is not None:
         return _run_mechanisms(args)
     try:
-        settings = load_settings(args.config)
+        settings = load_resolved(args.config)
         if args.recommend:
             from stream.lab.recommend import candidates
 
-            methods = candidates(settings, parse_methods(args.methods) if args.methods else None)
+            asked = parse_methods(args.methods) if args.methods else []
+            methods = candidates(settings, [m for m in asked if m != "auto"] or None)
+            methods += ["auto"] if "auto" in asked else []  # where the planner's pick ranks, when asked
         else:
             methods = parse_methods(args.methods or DEFAULT_METHODS)
         true_versions = parse_methods(args.true_versions) if args.true_versions.strip() else []
@@ -228,6 +231,11 @@ def run(args: argparse.Namespace) -> int:
             diagnostics.append({"method": name, **diagnosis.to_json()})
             print(f"dpstream evaluate: warning: {name}: {diagnosis.message()}", file=sys.stderr)
     result["diagnostics"] = diagnostics
+    if "plan" in result:  # decision: auto: why it ran what it ran (from the configuration alone)
+        for line in result["plan"]["reasons"]:
+            print(f"dpstream evaluate: {line}", file=sys.stderr)
+        for line in result["plan"]["warnings"]:
+            print(f"dpstream evaluate: warning: auto: {line}", file=sys.stderr)
     zero_mae = result["references"]["zero-release"]["mae"]
     for name in result["worse_than_zero_release"]:
         print(f"dpstream evaluate: warning: {name} has a larger error than publishing all zeros "

@@ -76,7 +76,8 @@ def _err(msg: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from controller.errors import ConfigurationError, StateError
     from histogram.errors import HistogramError
-    from stream.config import ConfigError, load_settings
+    from stream.commands import load_resolved
+    from stream.config import ConfigError
     from stream.ingest.csvio import CsvError
     from stream.lab.replay import ReplayError, replay
 
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.seed is not None:
         overrides["randomness"] = {"seed": args.seed, "allow_seeded_noise": True}
     try:
-        settings = load_settings(args.config, **overrides)
+        settings = load_resolved(args.config, **overrides)
     except ConfigError as exc:
         _err(str(exc))
         return EXIT_USAGE

@@ -39,13 +39,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stream.config import ConfigError, load_settings, missing_files
+    from stream.config import ConfigError, missing_files
 
     if getattr(args, "check", False):  # programmatic callers (tests) pass a Namespace without it
         from stream.commands.check_config import check
 
         return check(args.config, check_files=True)
-    settings = load_settings(args.config)  # ConfigError: one line per problem, exit 2 (cli.main)
+    from stream.commands import load_resolved
+
+    settings = load_resolved(args.config)  # ConfigError: one line per problem, exit 2 (cli.main)
     missing = missing_files(settings)
     if missing:
         raise ConfigError(*missing)
@@ -61,9 +63,13 @@ def _warn_about_configuration(settings: object) -> None:
     """Log what the configuration alone says will go wrong (public information only)."""
     import logging
 
-    from stream.lab.diagnostics import threshold_below_noise_floor
+    from stream.lab.planner import warnings_for
     from stream.service.logs import log
 
-    diagnosis = threshold_below_noise_floor(settings)
-    if diagnosis is not None:
-        log(logging.getLogger("dpstream.run"), logging.WARNING, diagnosis.message())
+    logger = logging.getLogger("dpstream.run")
+    plan = getattr(settings, "plan", None)
+    if plan is not None:  # decision: auto: why this method (public information only)
+        for line in plan.reasons:
+            log(logger, logging.INFO, line)
+    for line in (plan.warnings if plan is not None else warnings_for(settings)):
+        log(logger, logging.WARNING, line)

@@ -185,9 +185,11 @@ def parse_methods(text: str | Sequence[str]) -> list[str]:
     names = [m.strip().lower() for m in items if m.strip()]
     if not names:
         raise EvaluationError("--methods is empty: list at least one of " + ", ".join(METHODS))
-    unknown = [m for m in names if split_method(m)[0] not in METHODS]
+    unknown = [m for m in names if split_method(m)[0] not in (*METHODS, "auto")]
     if unknown:
-        raise EvaluationError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}")
+        raise EvaluationError(f"unknown method(s) {', '.join(unknown)}: choose from {', '.join(METHODS)}, auto")
+    if any(split_method(m)[0] == "auto" and split_method(m)[1] for m in names):
+        raise EvaluationError("auto chooses its own post-processing: list it as 'auto', without '+'")
     for m in names:
         post = split_method(m)[1]
         try:
@@ -228,6 +230,15 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
     unit = settings.privacy.unit
     for m in methods:
         base, post = split_method(m)
+        if base == "auto":  # the planner's choice from the configuration alone (stream.lab.planner)
+            from stream.lab.planner import PlannerError, auto_method
+
+            try:
+                name, planned = auto_method(settings)
+            except PlannerError as exc:
+                raise EvaluationError(f"method auto: {exc}") from None
+            out[name] = planned
+            continue
         release: dict[str, Any] = {"decision": base}
         if post is not None:
             release["postprocess"] = post
@@ -607,7 +618,7 @@ def evaluate(
     unknown = set(true_versions) - set(names)
     if unknown:
         raise EvaluationError(f"--true lists {', '.join(sorted(unknown))}, which --methods does not")
-    return evaluate_settings(
+    result = evaluate_settings(
         per_method,
         workload,
         runs=runs,
@@ -617,6 +628,11 @@ def evaluate(
         progress=progress,
         jobs=jobs,
     )
+    if "auto" in names:  # why auto chose what it ran (public information only)
+        from stream.lab.planner import plan
+
+        result["plan"] = plan(settings).to_json()
+    return result
 
 
 # -- reading the input ----------------------------------------------------------------

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FAMILIES", "FamilyParams", "family_series", "family_chunks"]
+__all__ = ["FAMILIES", "FamilyParams", "family_series", "family_chunks", "spread_over_bins"]
 
 #: The synthetic families ``dpstream generate`` writes, with a one-line description each.
 FAMILIES: dict[str, str] = {
@@ -173,6 +173,18 @@ def family_series(family: str, timesteps: int, seed: int, *, bins: int = 1,
         rng = np.random.default_rng([seed, _TAGS[family], b])
         cols.append(_series(family, timesteps, p, rng))
     return np.rint(np.stack(cols, axis=1)).astype(np.int64)
+
+
+def spread_over_bins(totals: np.ndarray, bins: int, seed: int, alpha: float = 1.0) -> np.ndarray:
+    """``(timesteps, bins)`` counts whose row sums are ``totals``: each timestep's people spread
+    over the bins by a multinomial draw with shares from one Dirichlet(``alpha``) draw (public
+    workload for the planner's synthetic streams: seeded, never noise)."""
+    totals = np.maximum(np.asarray(totals, dtype=np.int64), 0)
+    if bins == 1:
+        return totals[:, None].copy()
+    rng = np.random.default_rng([seed, bins, 0x91A])
+    shares = rng.dirichlet(np.full(bins, float(alpha)))
+    return rng.multinomial(totals, shares).astype(np.int64)
 
 
 def family_attributes(bins: int) -> list[dict[str, Any]]:

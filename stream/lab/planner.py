@@ -1,0 +1,532 @@
+"""``release.decision: auto``: choose the method, its parameters and the post-processing from
+public information only (issue 13 item 3).
+
+The planner answers "which method gives the most accurate dashboard for my ε?" *before* any
+data arrives, from what the configuration declares:
+
+* the domain size ``U`` (``schema``), the mechanism (``release.mechanism``) and the
+  contribution bound Δ;
+* the privacy unit, ε, ``w`` or the horizon ``N``, and the cutoff ``C`` (``privacy``);
+* the declared population ``n`` (``privacy.population``: people per timestep, public);
+* optionally a history the user **declares public** (``release.planner.public_history``, a
+  counts file: one row per timestep, one column per bin).
+
+It runs every candidate — each decision method this configuration can run
+(:data:`controller.method.METHODS`, through :func:`stream.lab.recommend.candidates`), DSFT and
+DSAT both with the configured threshold and with ``release.noise_floor: true``, each as published,
+``nonnegative`` and (lab) ``kalman``-smoothed — through the engine on **synthetic public
+streams**: the six families of :mod:`stream.lab.families` (the w-event benchmark's shapes),
+totals scaled to the declared population and spread over the ``U`` bins by a fixed Dirichlet
+share (:func:`scenario`), ``runs`` seeded runs each. Every candidate's mean absolute error per
+bin is divided by the best candidate's on the same scenario; the planner chooses the candidate
+with the smallest geometric mean of those ratios (the most robust across shapes it cannot know).
+With a public history, the history is the only scenario.
+
+**Privacy** (``docs/privacy.md`` §13): the choice is a function of the configuration (and the
+declared-public history) alone. It never reads the events or the counts being released, so it
+is independent of the private input and costs no ε; its simulation noise is seeded and never
+published. The same configuration gives the same choice on every machine and every restart
+(the seeds are constants), so the configuration fingerprint a journal records stays the same.
+
+Warnings (:class:`Plan.warnings`, also for non-``auto`` configs via :func:`warnings_for`): the
+configured DSFT/DSAT threshold lies below the distance's noise floor
+(:func:`stream.lab.diagnostics.threshold_below_noise_floor`), or the method is expected to do
+worse than publishing nothing: for ``auto``, its simulated error exceeds the zero release's on
+some scenarios; for any method, the expected noise of its most generous fresh release alone
+already exceeds the zero release's error ``n / U`` (:func:`noise_above_data`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from histogram.noise import Randomness
+from histogram.postprocess import POSTPROCESSORS, PostProcessor, postprocess
+from stream.lab.families import FAMILIES, FLOOR, FamilyParams, family_series, spread_over_bins
+
+__all__ = [
+    "AUTO",
+    "Candidate",
+    "auto_method",
+    "Plan",
+    "PlannerError",
+    "plan",
+    "resolve",
+    "scenario",
+    "noise_above_data",
+    "warnings_for",
+]
+
+#: The ``release.decision`` value that asks the planner.
+AUTO = "auto"
+#: Decision methods with a distance threshold (the planner also tries them with the noise floor).
+DISTANCE = ("dsat", "dsft")
+#: Post-processing the service publishes (``release.postprocess``) that the planner compares.
+SERVICE_POST = tuple(p for p in ("none", "nonnegative") if p in POSTPROCESSORS)
+#: Smoothing the planner also compares (``m+kalman``: ``release.postprocess: nonnegative+kalman``;
+#: the service publishes it when ``privacy.population`` is declared and the method is not fast/pegasus).
+LAB_POST = ("kalman",)
+#: The chain a ``+kalman`` candidate publishes.
+KALMAN_CHAIN = "nonnegative+kalman"
+#: Methods that publish their own filtered values: the configuration refuses a smoother after them.
+_SELF_SMOOTHING = ("fast", "pegasus")
+#: Planning horizon: at most this many timesteps per scenario (and at most N, user-level).
+MAX_TIMESTEPS = 200
+#: Default seeded runs per scenario and candidate.
+RUNS = 2
+#: Dirichlet concentration of the public bin shares of a synthetic scenario (1: uniform on the simplex).
+ALPHA = 1.0
+#: The scenarios' seeds: constants, so the choice is the same on every machine and restart.
+SCENARIO_SEED = 13
+NOISE_SEED = 1013
+
+
+class PlannerError(ValueError):
+    """The planner cannot run as configured; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration the planner may choose.
+
+    Attributes:
+        decision: a decision method of :data:`controller.method.METHODS`.
+        post: ``none`` | ``nonnegative`` | ``kalman`` (``release.postprocess``; ``kalman`` is the
+            chain ``nonnegative+kalman``).
+        noise_floor: DSFT/DSAT's ``release.noise_floor`` (None: as configured; other methods).
+    """
+
+    decision: str
+    post: str = "none"
+    noise_floor: bool | None = None
+
+    @property
+    def name(self) -> str:
+        nf = "(noise_floor)" if self.noise_floor else ""
+        return f"{self.decision}{nf}" + ("" if self.post == "none" else f"+{self.post}")
+
+    @property
+    def service(self) -> bool:
+        """Whether the service can publish it as configured (a smoother needs a declared
+        population, checked by :meth:`publishable`; fast and pegasus take no smoother)."""
+        return self.post in SERVICE_POST or (self.post in LAB_POST and self.decision not in _SELF_SMOOTHING)
+
+    def publishable(self, population: int | None) -> bool:
+        """:attr:`service`, and a smoother only with ``privacy.population`` declared."""
+        return self.service and (self.post not in LAB_POST or bool(population))
+
+    def release_changes(self) -> dict[str, Any]:
+        """The ``release`` settings this candidate sets."""
+        out: dict[str, Any] = {"decision": self.decision,
+                               "postprocess": KALMAN_CHAIN if self.post in LAB_POST else self.post}
+        if self.noise_floor is not None:
+            out["noise_floor"] = self.noise_floor
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "decision": self.decision, "post": self.post, "noise_floor": self.noise_floor}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's choice and why.
+
+    Attributes:
+        choice: the best candidate the service can publish (``release.*`` of :meth:`release_changes`).
+        lab_choice: the best candidate of all, a smoother without a declared population included
+            (what ``evaluate --methods auto`` runs; equal to ``choice`` when the service can publish it).
+        scenarios: names of the scenarios scored (synthetic families, or ``public-history``).
+        scores: per candidate name, the geometric mean over scenarios of MAE / best MAE.
+        mae: per candidate name, the mean absolute error per bin on each scenario.
+        zero_mae: the zero release's error on each scenario.
+        reasons: human-readable lines: why this choice.
+        warnings: human-readable lines: what to worry about.
+        facts: the public facts the plan was computed from (JSON-ready).
+    """
+
+    choice: Candidate
+    lab_choice: Candidate
+    scenarios: tuple[str, ...]
+    scores: dict[str, float]
+    mae: dict[str, tuple[float, ...]]
+    zero_mae: tuple[float, ...]
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"choice": self.choice.to_json(), "lab_choice": self.lab_choice.to_json(),
+                "scenarios": list(self.scenarios), "scores": {k: _finite(v) for k, v in self.scores.items()},
+                "mae": {k: [_finite(x) for x in v] for k, v in self.mae.items()}, "zero_mae": list(self.zero_mae),
+                "reasons": list(self.reasons), "warnings": list(self.warnings), "facts": dict(self.facts)}
+
+    def text(self) -> str:
+        """The reasons and warnings, one line each (for the terminal and the start-up log)."""
+        return "\n".join([*self.reasons, *(f"warning: {w}" for w in self.warnings)])
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: an unusable candidate's error is null."""
+    return x if math.isfinite(x) else None
+
+
+# -- public facts and scenarios ---------------------------------------------------------------
+
+
+def public_facts(settings: Any) -> dict[str, Any]:
+    """Everything the planner reads from ``settings``: public configuration, JSON-ready."""
+    p, r = settings.privacy, settings.release
+    planner = getattr(r, "planner", None)
+    return {"bins": settings.domain().size, "shape": list(settings.domain().shape), "unit": p.unit,
+            "epsilon": str(p.epsilon), "w": p.w, "horizon": p.horizon, "cutoff": p.cutoff,
+            "population": p.population, "contribution_bound": p.contribution_bound,
+            "mechanism": r.mechanism, "threshold": r.threshold,
+            "public_history": None if planner is None else planner.public_history,
+            "runs": RUNS if planner is None else planner.runs,
+            "timesteps": MAX_TIMESTEPS if planner is None else planner.timesteps}
+
+
+def planning_timesteps(facts: dict[str, Any]) -> int:
+    """Timesteps per synthetic scenario: ``release.planner.timesteps`` (default :data:`MAX_TIMESTEPS`),
+    at most the horizon N (user-level)."""
+    steps = int(facts.get("timesteps") or MAX_TIMESTEPS)
+    if facts["unit"] == "user-level" and facts["horizon"]:
+        return max(1, min(steps, int(facts["horizon"])))
+    return steps
+
+
+def scenario(family: str, timesteps: int, bins: int, population: int, seed: int = SCENARIO_SEED) -> np.ndarray:
+    """A synthetic public ``(timesteps, bins)`` count stream shaped by public parameters only.
+
+    The total per timestep is the ``family`` stream (:func:`stream.lab.families.family_series`)
+    whose largest value is the declared ``population``; with ``bins > 1`` each timestep's total is
+    spread over the bins by a multinomial draw with shares from a Dirichlet(:data:`ALPHA`) draw
+    (fixed per stream), so a sparse domain (``population / bins`` below 1) gives sparse
+    histograms. Seeded from constants: no private input, the same on every machine."""
+    scale = max(float(population), FLOOR + 1.0)
+    totals = family_series(family, timesteps, seed, params=FamilyParams(scale=scale))[:, 0]
+    return spread_over_bins(totals, bins, seed, ALPHA)
+
+
+def _history(path: str, bins: int) -> np.ndarray:
+    from stream.ingest.csvio import CsvError, read_counts
+
+    try:
+        arr = read_counts(path, bins)
+    except CsvError as exc:
+        raise PlannerError(f"release.planner.public_history: {exc}") from None
+    if arr.shape[0] < 1:
+        raise PlannerError(f"release.planner.public_history {path}: no timesteps; give a counts file with rows")
+    return arr
+
+
+# -- simulation -------------------------------------------------------------------------------
+
+
+def _simulate(settings: Any, truth: np.ndarray, seed: int, posts: tuple[str, ...]) -> dict[str, float]:
+    """Absolute error per bin of one seeded engine run on ``truth``, for each post-processing.
+
+    Steps ``settings.engine()`` once (its decisions and its accountant, as the service would) and
+    publishes every variant from the same releases: ``none``, ``nonnegative`` and ``kalman`` (the
+    service's chain ``nonnegative+kalman``; without a declared population the lab stands in the
+    bin count for it). The noise is seeded and never published."""
+    engine = settings.engine()
+    state = engine.initial_state()
+    noise = Randomness.seeded(seed)
+    timesteps, bins = truth.shape
+    published = {p: np.zeros(bins) for p in posts}
+    smoother = PostProcessor.for_stream(KALMAN_CHAIN, population=settings.privacy.population or bins, bins=bins,
+                                        contribution_bound=settings.privacy.contribution_bound) \
+        if "kalman" in posts else None
+    post_state = smoother.initial() if smoother is not None else None
+    last: int | None = None
+    err = dict.fromkeys(posts, 0.0)
+    for t in range(timesteps):  # (an infinite published interval gives the filter a zero gain)
+        release, state = engine.step(state, truth[t], noise.drawer("planner", t, "release"))
+        src = release.source_timestep
+        if src is not None:
+            if src != last:
+                raw = release.counts
+                if "none" in published:
+                    published["none"] = raw.astype(np.float64)
+                clamped = postprocess("nonnegative", raw).astype(np.float64)
+                if "nonnegative" in published:
+                    published["nonnegative"] = clamped
+                last = src
+            if smoother is not None:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out, post_state = smoother.apply(post_state, release.counts, release.half_width,
+                                                     release.confidence, release.kind == "fresh")
+                published["kalman"] = np.asarray(out.counts, dtype=np.float64)
+        for p in posts:
+            err[p] += float(np.abs(published[p] - truth[t]).sum())
+    n = max(1, timesteps * bins)
+    return {p: e / n for p, e in err.items()}
+
+
+def simulate(settings: Any, streams: list[np.ndarray], runs: int, seed: int
+             ) -> tuple[dict[str, list[float]], dict[str, Candidate]]:
+    """Every candidate's mean absolute error per bin on each stream (mean over ``runs`` seeded runs;
+    run ``r`` on stream ``i`` draws from seed ``seed + 100·i + r``), and the candidates by name."""
+    from stream.lab.evaluate import settings_with
+
+    posts = (*SERVICE_POST, *LAB_POST)
+    mae: dict[str, list[float]] = {}
+    cands: dict[str, Candidate] = {}
+    for bc in _bases(settings):
+        s = settings_with(settings, {"release": {k: v for k, v in bc.release_changes().items()
+                                                 if k != "postprocess"}})
+        per_stream = []
+        for i, truth in enumerate(streams):
+            errs = [_simulate(s, truth, seed + 100 * i + r, posts) for r in range(runs)]
+            per_stream.append({p: float(np.mean([e[p] for e in errs])) for p in posts})
+        for p in posts:
+            c = Candidate(bc.decision, p, bc.noise_floor)
+            cands[c.name] = c
+            # non-finite: unusable (e.g. kalman over FAST, which publishes no interval to weigh by)
+            mae[c.name] = [row[p] if math.isfinite(row[p]) else math.inf for row in per_stream]
+    return mae, cands
+
+
+def _bases(settings: Any) -> list[Candidate]:
+    """The (decision, parameters) pairs to simulate: every method this configuration can run."""
+    from stream.lab.recommend import candidates
+
+    runnable = []
+    for name in candidates(settings):
+        base = name.partition("+")[0]
+        if base not in runnable and base != AUTO:
+            runnable.append(base)
+    out = []
+    for base in runnable:
+        if base in DISTANCE:
+            if not settings.privacy.population:
+                continue  # DSFT/DSAT need a declared population
+            out.append(Candidate(base, noise_floor=False))
+            out.append(Candidate(base, noise_floor=True))
+        else:
+            out.append(Candidate(base))
+    if not out:
+        raise PlannerError("no decision method can run under this configuration: check privacy.unit and w")
+    return out
+
+
+def _concrete(settings: Any) -> Any:
+    """``settings`` with ``release.decision`` set to a runnable placeholder (for re-validation)."""
+    from stream.lab.evaluate import settings_with
+
+    return settings_with(settings, {"release": {"decision": "uniform"}}) if settings.release.decision == AUTO \
+        else settings
+
+
+_CACHE: dict[str, Plan] = {}
+
+
+def _cache_key(facts: dict[str, Any], lab: bool, history_digest: str | None) -> str:
+    import json
+
+    return hashlib.sha256(json.dumps([facts, lab, history_digest], sort_keys=True, default=str).encode()).hexdigest()
+
+
+def plan(settings: Any, *, runs: int | None = None) -> Plan:
+    """The planner's choice for ``settings`` (a :class:`stream.config.Settings`; its
+    ``release.decision`` may be ``auto``). Reads the configuration and the declared-public
+    history only. Deterministic; cached per public facts.
+
+    Raises:
+        PlannerError: no method can run, or the public history cannot be read.
+    """
+    facts = public_facts(settings)
+    if runs is not None:
+        facts["runs"] = runs
+    digest = None
+    if facts["public_history"]:
+        path = Path(facts["public_history"])
+        if not path.is_file():
+            raise PlannerError(f"release.planner.public_history {path} does not exist: give a counts file you "
+                               "declare public, or remove the setting to plan on synthetic streams")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    key = _cache_key(facts, True, digest)
+    if key in _CACHE:
+        return _CACHE[key]
+    base = _concrete(settings)
+    bins = facts["bins"]
+    if facts["public_history"]:  # its last `timesteps` rows (start-up time stays bounded)
+        streams = {"public-history": _history(facts["public_history"], bins)[-int(facts["timesteps"]):]}
+    else:
+        steps = planning_timesteps(facts)
+        population = facts["population"] or bins
+        streams = {f: scenario(f, steps, bins, population) for f in FAMILIES}
+    mae, cands = simulate(base, list(streams.values()), int(facts["runs"]), NOISE_SEED)
+    zero = tuple(float(np.mean(t)) for t in streams.values())
+    scores, order = rank(mae)
+    lab_choice = cands[order[0]]
+    choice = next(cands[n] for n in order if cands[n].publishable(settings.privacy.population))
+    result = Plan(choice, lab_choice, tuple(streams), scores, {n: tuple(v) for n, v in mae.items()}, zero,
+                  (), (), facts)
+    from stream.lab.evaluate import settings_with
+
+    result = _explain(result, settings_with(base, {"release": choice.release_changes()}))
+    _CACHE[key] = result
+    return result
+
+
+#: The issue's tolerance: a candidate "as good as the best" is within this factor of its error.
+TOLERANCE = 1.1
+#: A candidate whose error on some stream exceeds this factor of that stream's best is a last resort.
+CATASTROPHE = 2.0
+
+
+def rank(mae: dict[str, list[float]] | dict[str, tuple[float, ...]],
+         use: list[int] | None = None) -> tuple[dict[str, float], list[str]]:
+    """Scores and the candidate names best first, over the streams ``use`` (default all).
+
+    The score is the geometric mean over the streams of MAE / that stream's best MAE. The order:
+    first the candidates that are never more than :data:`CATASTROPHE` times a stream's best (if
+    any is), among them the most streams within :data:`TOLERANCE` of the best (the criterion
+    the issue measures the planner by), then the lower score, the lower worst ratio, the name."""
+    cols = list(range(len(next(iter(mae.values()))))) if use is None else list(use)
+    clean = {n: [x if math.isfinite(x) else math.inf for x in v] for n, v in mae.items()}  # NaN: unusable
+    best = {i: max(min(v[i] for v in clean.values()), 1e-12) for i in cols}
+    ratios = {n: [max(v[i], 1e-12) / best[i] for i in cols] for n, v in clean.items()}
+    scores = {n: float(np.exp(np.mean(np.log(r)))) for n, r in ratios.items()}
+    safe = any(max(r) <= CATASTROPHE for r in ratios.values())
+
+    def key(n: str) -> tuple:
+        r = ratios[n]
+        return (safe and max(r) > CATASTROPHE, -sum(x <= TOLERANCE for x in r), round(scores[n], 12), max(r), n)
+
+    return scores, sorted(scores, key=key)
+
+
+def _explain(p: Plan, chosen: Any) -> Plan:
+    f = p.facts
+    unit = (f"w-event ε={f['epsilon']} per w={f['w']}" if f["unit"] == "w-event"
+            else f"user-level ε={f['epsilon']} over N={f['horizon']}")
+    where = ("the declared-public history" if p.scenarios == ("public-history",) else
+             f"{len(p.scenarios)} synthetic public streams ({', '.join(p.scenarios)}; "
+             f"{planning_timesteps(f)} timesteps, peak {f['population'] or f['bins']} people over {f['bins']} bins)")
+    ranked = sorted(p.scores, key=p.scores.get)
+    service_ranked = [n for n in ranked if f["population"] or not n.endswith(tuple(f"+{x}" for x in LAB_POST))]
+    c = p.choice.name
+    reasons = [f"planner (decision: auto, public information only: {unit}, C={f['cutoff']}, "
+               f"{f['bins']} bins, {f['mechanism']}): simulated {len(p.scores)} candidates on {where}, "
+               f"{f['runs']} seeded run(s) each"]
+    runner = next((n for n in service_ranked if n != c), None)
+    within = sum(m <= TOLERANCE * min(v[i] for v in p.mae.values()) for i, m in enumerate(p.mae[c]))
+    worst = max(m / max(min(v[i] for v in p.mae.values()), 1e-12) for i, m in enumerate(p.mae[c]))
+    reasons.append(f"chose {c}: within {TOLERANCE}x of the best candidate on {within} of {len(p.scenarios)} "
+                   f"streams, {p.scores[c]:.3g}x the best on average (geometric mean), {worst:.3g}x at worst"
+                   + (f"; next {runner} at {p.scores[runner]:.3g}x on average" if runner else ""))
+    reasons.append("release settings: " + ", ".join(f"release.{k}: {str(v).lower() if isinstance(v, bool) else v}"
+                                                    for k, v in p.choice.release_changes().items())
+                   + " (write them into the configuration to pin the choice)")
+    if p.lab_choice != p.choice:
+        gain = 1 - p.scores[p.lab_choice.name] / p.scores[c]
+        reasons.append(f"with privacy.population declared it would choose {p.lab_choice.name} ({gain:.0%} lower "
+                       "relative error; the smoother needs the public population); 'dpstream evaluate --methods "
+                       "auto' runs it")
+    warnings = list(_zero_warnings(p, c))
+    warnings += warnings_for(chosen, simulated=True)
+    return Plan(p.choice, p.lab_choice, p.scenarios, p.scores, p.mae, p.zero_mae, tuple(reasons),
+                tuple(warnings), p.facts)
+
+
+def _zero_warnings(p: Plan, name: str) -> list[str]:
+    """Scenarios where the choice is not at least 2 % better than the zero release."""
+    worse = [s for s, m, z in zip(p.scenarios, p.mae[name], p.zero_mae, strict=True) if m >= 0.98 * z]
+    if not worse:
+        return []
+    return [f"{name} is expected to do no better than publishing nothing (the zero release), or worse, on "
+            f"{len(worse)} of {len(p.scenarios)} public streams ({', '.join(worse)}): at this ε and domain the "
+            "noise is as large as the counts; consider a larger ε, a coarser domain (fewer bins) or a larger w"]
+
+
+# -- warnings for any configuration ------------------------------------------------------------
+
+
+def noise_above_data(settings: Any, *, max_steps: int | None = None) -> str | None:
+    """A warning when even the most generous fresh release is expected noisier than the data.
+
+    The zero release's mean absolute error per bin is the mean count per bin, at most
+    ``privacy.population / U`` (public). A fresh release at ε' has expected absolute noise
+    ``E|Z|`` per bin (the mechanism's public formula). Stepping the engine on an all-zero
+    histogram (no data; seeded noise, never published) for ``max_steps`` timesteps gives the
+    largest ε' this method spends on one release; if ``E|Z|`` at that ε' exceeds ``n / U``, every
+    release is expected to be worse than publishing nothing. None: no warning (or no population)."""
+    p = settings.privacy
+    if not p.population or settings.release.decision == AUTO:
+        return None
+    bins = settings.domain().size
+    if bins > 200_000:
+        return None
+    steps = max_steps or min(p.horizon or 2 * (p.w or 1), 2 * (p.w or 1) if p.w else 50, 100)
+    engine = settings.engine()
+    state = engine.initial_state()
+    zeros = np.zeros(bins, dtype=np.int64)
+    noise = Randomness.seeded(0)
+    eps = Fraction(0)
+    for t in range(max(1, steps)):
+        release, state = engine.step(state, zeros, noise.drawer("planner-diagnostics", t))
+        if release.kind == "fresh" and release.epsilon_release and release.epsilon_release > eps:
+            eps = Fraction(release.epsilon_release)
+    if eps <= 0:
+        return None
+    expected = settings.mechanism().expected_abs_error(eps, bins)
+    data = p.population / bins
+    if expected <= data:
+        return None
+    return (f"{settings.release.decision} is expected to do worse than publishing nothing: its most generous "
+            f"release (epsilon {float(eps):.4g}) has an expected noise of {expected:.4g} per bin, above the zero "
+            f"release's error of at most {data:.4g} per bin (privacy.population / {bins} bins). Use a larger "
+            "epsilon, a coarser domain, or decision: auto to compare the methods")
+
+
+def warnings_for(settings: Any, *, simulated: bool = False) -> list[str]:
+    """Warnings about a configuration from public information only (no simulation):
+    threshold below the noise floor; noise above the data (``simulated``: skip, the plan's own
+    zero-release comparison replaces it)."""
+    from stream.lab.diagnostics import threshold_below_noise_floor
+
+    out = []
+    if settings.release.decision == AUTO:
+        return out
+    diagnosis = threshold_below_noise_floor(settings)
+    if diagnosis is not None:
+        out.append(diagnosis.message())
+    if not simulated:
+        above = noise_above_data(settings)
+        if above is not None:
+            out.append(above)
+    return out
+
+
+def auto_method(settings: Any) -> tuple[str, Any]:
+    """What ``evaluate --methods auto`` runs: the row name (``auto``, or ``auto+kalman`` when the
+    plan's choice smooths) and the settings of the plan's choice (what the service would publish).
+    Reads only the configuration (:func:`plan`), never the evaluated input."""
+    from stream.lab.evaluate import settings_with
+
+    chosen = plan(settings).choice
+    name = AUTO + (f"+{chosen.post}" if chosen.post in LAB_POST else "")
+    return name, settings_with(_concrete(settings), {"release": chosen.release_changes()})
+
+
+def resolve(settings: Any) -> Any:
+    """``settings`` with ``release.decision: auto`` replaced by the plan's choice (a validated
+    :class:`stream.config.Settings` whose ``plan`` is the :class:`Plan`); others unchanged."""
+    if settings.release.decision != AUTO:
+        return settings
+    from stream.lab.evaluate import settings_with
+
+    chosen = plan(settings)
+    out = settings_with(_concrete(settings), {"release": chosen.choice.release_changes()})
+    out._plan = chosen  # a private attribute: not a setting, not in the fingerprint
+    return out

@@ -1,0 +1,233 @@
+"""``decision: auto`` (issue 13 item 3): the planner chooses from public information only, says why,
+and warns when a threshold sits below the noise floor or a method should do worse than zeros."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from controller.errors import ConfigurationError
+from controller.method import METHODS
+from stream.commands import load_resolved
+from stream.config import Settings, load_settings
+from stream.lab import planner
+from stream.lab.evaluate import evaluate, settings_with
+from stream.lab.planner import AUTO, plan, resolve, warnings_for
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _config(*, decision: str = AUTO, epsilon: float = 1, w: int = 5, bins: int = 4, population: int = 200,
+            cutoff: int = 3, threshold: float = 0.025, noise_floor: bool = False,
+            history: str | None = None) -> dict:
+    release = {"decision": decision, "threshold": threshold, "noise_floor": noise_floor,
+               "planner": {"timesteps": 30, "runs": 1, **({"public_history": history} if history else {})}}
+    return {
+        "stream": {"id": "t", "timestep": "1h", "start": "2024-01-01T00:00:00Z"},
+        "schema": {"user_id": "uid", "event_time": "ts",
+                   "attributes": [{"name": "a", "kind": "categorical", "values": [f"v{i}" for i in range(bins)]}]},
+        "privacy": {"unit": "w-event", "epsilon": epsilon, "w": w, "cutoff": cutoff, "population": population},
+        "release": release,
+    }
+
+
+def _settings(**kw) -> Settings:
+    return Settings(**_config(**kw)).validate_all()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    planner._CACHE.clear()
+    yield
+    planner._CACHE.clear()
+
+
+def _counts_file(path: Path, counts: np.ndarray) -> str:
+    lines = [",".join(f"bin_{i}" for i in range(counts.shape[1]))]
+    lines += [",".join(str(int(x)) for x in row) for row in counts]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _static(bins: int = 4, t: int = 60) -> np.ndarray:
+    return np.tile(np.array([50] * bins, dtype=np.int64), (t, 1))
+
+
+def _jumping(bins: int = 4, t: int = 60) -> np.ndarray:
+    rng = np.random.default_rng(3)
+    return rng.integers(0, 100, size=(t, bins)).astype(np.int64)
+
+
+# -- reads public information only ----------------------------------------------------------
+
+
+def test_the_choice_is_the_same_for_two_private_inputs(tmp_path) -> None:
+    """evaluate --methods auto on two very different private inputs with the same configuration:
+    the same plan. Not vacuous: declared as the public history, the same two inputs lead the
+    planner to different choices, so a planner that read the evaluated input would be caught."""
+    s = _settings()
+    a = evaluate(s, _static(), ["auto", "uniform"], runs=1, queries=0, progress=False)
+    b = evaluate(s, _jumping(), ["auto", "uniform"], runs=1, queries=0, progress=False)
+    assert a["plan"]["choice"] == b["plan"]["choice"] and a["plan"]["lab_choice"] == b["plan"]["lab_choice"]
+    assert [k for k in a["methods"] if k.startswith("auto")] == [k for k in b["methods"] if k.startswith("auto")]
+    # the check is not vacuous: as a (declared-public) history, these inputs change the choice
+    ha = plan(_settings(history=_counts_file(tmp_path / "a.csv", _static())))
+    hb = plan(_settings(history=_counts_file(tmp_path / "b.csv", _jumping())))
+    assert ha.lab_choice != hb.lab_choice, (ha.lab_choice, hb.lab_choice)
+    assert ha.scenarios == ("public-history",)
+
+
+def test_plan_depends_on_public_parameters_and_is_deterministic() -> None:
+    first = plan(_settings())
+    planner._CACHE.clear()
+    again = plan(_settings())
+    assert first.choice == again.choice and first.mae == again.mae  # constants seed it: same on restart
+    assert resolve(_settings()).fingerprint() == resolve(_settings()).fingerprint()
+    # another ε is another public fact: another simulation (the scores move)
+    other = plan(_settings(epsilon=0.05))
+    assert other.mae != first.mae
+
+
+def test_the_planner_never_opens_anything_but_the_declared_history(tmp_path, monkeypatch) -> None:
+    import builtins
+
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def spy(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spy)
+    plan(_settings())
+    assert not [f for f in opened if f.endswith(".csv")], opened
+
+
+# -- configuration and commands ---------------------------------------------------------------
+
+
+def test_auto_resolves_to_a_concrete_method_and_pins(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_config()))
+    raw = load_settings(path)
+    assert raw.release.decision == AUTO and raw.plan is None
+    with pytest.raises(ConfigurationError, match="planner"):
+        raw.engine()  # unresolved auto cannot release
+    resolved = load_resolved(str(path))
+    assert resolved.release.decision in METHODS
+    assert resolved.plan is not None and resolved.plan.choice.decision == resolved.release.decision
+    text = resolved.plan.text()
+    assert "chose" in text and "public information only" in text
+    # writing the printed release settings into the config reproduces the same fingerprint
+    pinned = settings_with(raw, {"release": resolved.plan.choice.release_changes()})
+    assert pinned.fingerprint() == resolved.fingerprint()
+    # the planner section is how, not what: it does not enter the fingerprint
+    no_planner = _config(decision=resolved.release.decision)
+    no_planner["release"].pop("planner")
+    no_planner["release"].update(resolved.plan.choice.release_changes())
+    assert Settings(**no_planner).validate_all().fingerprint() == resolved.fingerprint()
+
+
+def test_unknown_history_is_a_clear_error(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_config(history=str(tmp_path / "missing.csv"))))
+    from stream.config import ConfigError
+
+    with pytest.raises(ConfigError, match="public_history .*does not exist"):
+        load_resolved(str(path))
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "stream.commands.cli", *argv], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600)
+
+
+def test_check_config_prints_why_and_warns(tmp_path) -> None:
+    auto = tmp_path / "auto.yaml"
+    auto.write_text(yaml.safe_dump(_config()))
+    r = _cli("check-config", str(auto))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ok:") and "auto" not in r.stdout.split(",")[0]
+    assert "dpstream check-config: chose " in r.stderr and "release.decision: " in r.stderr
+    low = tmp_path / "low.yaml"
+    low.write_text(yaml.safe_dump(_config(decision="dsft", threshold=0.001)))
+    r = _cli("check-config", str(low))
+    assert r.returncode == 0 and "warning:" in r.stderr and "noise floor" in r.stderr
+    fine = tmp_path / "fine.yaml"
+    fine.write_text(yaml.safe_dump(_config(decision="dsft", noise_floor=True)))
+    r = _cli("check-config", str(fine))
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+
+
+def test_evaluate_runs_auto_by_name(tmp_path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(_config()))
+    data = _counts_file(tmp_path / "in.csv", _jumping(t=20))
+    out = tmp_path / "o.json"
+    r = _cli("evaluate", "--config", str(cfg), "--input", data, "--methods", "auto,fixed", "--runs", "1",
+             "--queries", "0", "--json", str(out), "--progress", "off", "--jobs", "1")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert [k for k in res["methods"] if k.startswith("auto")] and "plan" in res
+    assert "dpstream evaluate: chose " in r.stderr
+
+
+# -- warnings -------------------------------------------------------------------------------
+
+
+def test_threshold_warning_fires_below_the_floor_only() -> None:
+    low = warnings_for(_settings(decision="dsft", threshold=0.001))
+    assert any("noise floor" in w for w in low)
+    assert not any("noise floor" in w for w in warnings_for(_settings(decision="dsft", noise_floor=True)))
+    assert not any("noise floor" in w for w in warnings_for(_settings(decision="uniform")))
+
+
+def test_worse_than_zero_warning_fires_when_the_noise_exceeds_the_data_and_means_it() -> None:
+    """Sparse domain, small ε: flagged, and on a stream at the declared population uniform really
+    is worse than publishing zeros; a dense, generous configuration: silent, and better than zeros."""
+    sparse = _settings(decision="uniform", epsilon=0.1, bins=40, population=40, w=10)
+    flagged = [w for w in warnings_for(sparse) if "worse than publishing nothing" in w]
+    assert flagged, warnings_for(sparse)
+    truth = np.ones((60, 40), dtype=np.int64)  # 40 people over 40 bins
+    res = evaluate(sparse, truth, ["uniform"], runs=3, queries=0, progress=False)
+    assert res["methods"]["uniform"]["mae"] > res["references"]["zero-release"]["mae"]
+    dense = _settings(decision="uniform", epsilon=1, bins=4, population=400, w=5)
+    assert not [w for w in warnings_for(dense) if "worse than publishing nothing" in w]
+    res = evaluate(dense, np.full((60, 4), 100, dtype=np.int64), ["uniform"], runs=3, queries=0, progress=False)
+    assert res["methods"]["uniform"]["mae"] < res["references"]["zero-release"]["mae"]
+
+
+def test_the_plan_warns_when_its_choice_loses_to_zeros() -> None:
+    hopeless = plan(_settings(epsilon=0.01, bins=40, population=20, w=10))
+    assert any("no better than publishing nothing" in w for w in hopeless.warnings), hopeless.text()
+    assert not any("publishing nothing" in w for w in plan(_settings(population=2000)).warnings)
+
+
+def test_scenarios_follow_the_declared_population() -> None:
+    s = planner.scenario("sine", 50, 10, 300)
+    assert s.shape == (50, 10) and s.sum(axis=1).max() <= 300 and s.sum(axis=1).max() >= 250
+    sparse = planner.scenario("sudden", 50, 1000, 100)
+    assert (sparse == 0).mean() > 0.8  # 100 people over 1,000 bins: mostly empty bins
+
+
+def test_run_logs_the_choice_and_the_warnings(tmp_path, caplog) -> None:
+    import logging
+
+    from stream.commands.run import _warn_about_configuration
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_config()))
+    with caplog.at_level(logging.INFO, logger="dpstream.run"):
+        _warn_about_configuration(load_resolved(str(path)))
+    assert any(r.getMessage().startswith("chose ") for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dpstream.run"):
+        _warn_about_configuration(_settings(decision="dsft", threshold=0.001))
+    assert [r for r in caplog.records if r.levelno == logging.WARNING and "noise floor" in r.getMessage()]
