@@ -28,19 +28,19 @@ def bench():
 
 def test_small_run_reports_every_setting_and_partitioning_beats_minimum(bench):
     report = bench.run(
-        records=6_000,
+        records=4_000,
         runs=1,
         queries=60,
         seed=3,
         datasets=("us", "flights"),
-        kinds=("uniform", "normal"),
+        kinds=("normal",),
     )
     json.dumps(report)  # serialisable
     assert set(report["results"]) == {
         f"{a}/{d}/{k}"
         for a in ("query", "histogram")
         for d in ("us", "flights")
-        for k in ("uniform", "normal")
+        for k in ("normal",)
     }
     for key, setting in report["results"].items():
         mechs = setting["mechanisms"]
@@ -62,7 +62,7 @@ def test_small_run_reports_every_setting_and_partitioning_beats_minimum(bench):
         summary = bench.summary(setting)
         assert summary["sampling_best"] <= summary["sampling_at_mean"]
     table = bench.markdown(report)
-    assert "| query | us | normal |" in table and "| histogram | flights | uniform |" in table
+    assert "| query | us | normal |" in table and "| histogram | flights | normal |" in table
 
 
 def test_normal_budgets_are_the_truncated_normal_not_the_clipped_one(bench):
