@@ -924,6 +924,21 @@ CATALOGUE: dict[str, AuditEntry] = {
         "exact: draws vs charges, window sums, at most M samples per window, locality by coupling; "
         "CP lower bound on one sampled count vs ε/M",
     ),
+    "adapub": AuditEntry(
+        "decision", "tests.controller.test_grouped_audit", "ADAPUB_VARIANTS",
+        {v: Catch("test_adapub_audit_catches", {"variant": v}) for v in (
+            "DimParti on the previous timestep's true counts", "deviation from the time group's true values (the paper)",
+            "perturbs at eps/w and tests on top (lenient ledger)", "test budget split over bins", "tests uncharged")},
+        "exact: draws vs charges, window sums, locality by coupling (releases after s unchanged by a neighbour at s "
+        "once s's noisy values are); CP lower bound on one group sum vs ε_p",
+    ),
+    "rescuedp": AuditEntry(
+        "decision", "tests.controller.test_grouped_audit", "RESCUE_VARIANTS",
+        {v: Catch("test_rescuedp_audit_catches", {"variant": v}) for v in (
+            "Kalman Q from the raw stream's variance (the benchmark's Java)",
+            "grouping on the previous timestep's true counts", "per-region window budgets (the paper; lenient ledger)")},
+        "exact: draws vs charges, window sums, locality by coupling; CP lower bound on one group sum vs ε_t",
+    ),
     "lpa": AuditEntry(
         "release", "tests.controller.test_privacy_audit", None,
         {f"whole publication budget per release (ε₂={e}, C={c})":
