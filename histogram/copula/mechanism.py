@@ -41,7 +41,10 @@ Post-processing (no privacy cost): noisy marginals are clipped at 0 and
 normalised; τ is mapped to ρ either by the paper's ``sin(πτ/2)``
 (``tau_mapping="paper"``, exact only for continuous data) or by solving for
 the ρ whose discretised latent normal (with the released marginals) has that
-τ-a (``"discrete"``, default: binned data are full of ties); the matrix is
+τ-a (``"discrete"``, default: binned data are full of ties); likewise the
+``mle`` variant's averaged normal-score correlation is mapped to the ρ whose
+discretised model has that score correlation (``"discrete"``) or used as ρ
+(``"paper"``); the matrix is
 projected to the nearest positive definite correlation matrix.
 """
 
@@ -258,7 +261,7 @@ class DPCopula:
             stats = _partition_sums(x, part, self.partitions, self.resolution, ps)
             noisy = stats + np.asarray(noise.discrete_laplace(scale, len(ps)), dtype=np.int64)
             dependence = np.clip(noisy / (self.resolution * self.partitions), -1.0, 1.0)
-            rho = dependence.copy()
+            rho = self._rho_from_scores(dependence, probs)
         else:
             split = [_median_cut(p) for p in probs]
             tables = np.stack([median_split_table(x, j, k, split[j], split[k]).reshape(-1) for j, k in ps])
@@ -283,6 +286,21 @@ class DPCopula:
             intervals.setflags(write=False)
         return CopulaRelease(model, noisy_marginals, dependence, raw, self.epsilon(epsilon), self.variant, intervals)
 
+    def _rho_from_scores(self, r: np.ndarray, probs: tuple[np.ndarray, ...]) -> np.ndarray:
+        """``mle``: the latent ρ whose discretised model has normal-score correlation ``r`` (post-processing).
+
+        Binned data understate the latent correlation (ties); with ``tau_mapping="discrete"``
+        each averaged noisy coefficient is mapped through the released marginals as Kendall's
+        τ is, which removes that bias; ``"paper"`` uses ``r`` as ρ (the paper's continuous case).
+        """
+        if self.tau_mapping == "paper":
+            return np.asarray(r, dtype=float).copy()
+        cuts = [thresholds(p) for p in probs]
+        scores = [_level_scores(p) for p in probs]
+        return np.array([_solve_increasing(lambda x, j=j, k=k: score_correlation(cuts[j], cuts[k], scores[j], scores[k], x),
+                                           float(v))
+                         for v, (j, k) in zip(r, pairs(len(self.levels)), strict=True)])
+
     def _rho_from_tau(self, tau: np.ndarray, probs: tuple[np.ndarray, ...]) -> np.ndarray:
         ps = pairs(len(self.levels))
         if self.tau_mapping == "paper":
@@ -290,6 +308,24 @@ class DPCopula:
         cuts = [thresholds(p) for p in probs]
         return np.array([_solve_increasing(lambda r, j=j, k=k: tau_of_rho(cuts[j], cuts[k], r), float(t))
                          for t, (j, k) in zip(tau, ps, strict=True)])
+
+
+def _level_scores(p: np.ndarray) -> np.ndarray:
+    """Population normal score of each level: ``Φ⁻¹`` of its mid cumulative probability."""
+    p = np.asarray(p, dtype=float)
+    mid = np.cumsum(p) - p / 2
+    return ndtri(np.clip(mid, 1e-12, 1 - 1e-12))
+
+
+def score_correlation(t1: np.ndarray, t2: np.ndarray, s1: np.ndarray, s2: np.ndarray, rho: float) -> float:
+    """Correlation of the level normal scores ``s1``, ``s2`` under the discretised latent normal with ρ."""
+    p = grid_cell_probabilities(t1, t2, rho)
+    p1, p2 = p.sum(axis=1), p.sum(axis=0)
+    c1, c2 = s1 - (p1 * s1).sum(), s2 - (p2 * s2).sum()
+    v1, v2 = (p1 * c1**2).sum(), (p2 * c2**2).sum()
+    if v1 <= 0 or v2 <= 0:
+        return 0.0
+    return float((p * np.outer(c1, c2)).sum() / np.sqrt(v1 * v2))
 
 
 def _probabilities(noisy: np.ndarray) -> np.ndarray:

@@ -163,6 +163,17 @@ def test_mle_variant_recovers_correlation_with_enough_budget_per_partition():
     assert est[0, 1] > est[0, 2] > 0 > est[0, 3]
 
 
+def test_mle_discrete_mapping_removes_the_binning_bias():
+    """Normal scores of binned data understate ρ; mapping through the released marginals corrects it."""
+    x = latent_records(60_000, TRUE, LEVELS, seed=13)
+    errs = {}
+    for mapping in ("paper", "discrete"):
+        mech = DPCopula(LEVELS, variant="mle", partitions=200, tau_mapping=mapping)
+        rel = mech.release(x, Fraction(50), Randomness.seeded(4).drawer("s", 0))
+        errs[mapping] = np.abs(rel.model.correlation - TRUE).max()
+    assert errs["discrete"] < 0.05 < 0.1 < errs["paper"]
+
+
 def test_release_splits_epsilon_exactly_and_declares_its_cost():
     mech = DPCopula((3, 3, 3), ratio=Fraction(8))
     eps1, eps2 = mech.split(Fraction(1, 10))
