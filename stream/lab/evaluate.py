@@ -14,7 +14,16 @@ data, and how wrong would it have been?" It runs the service's release path:
    replay --seed seed+r`` reproduces run ``r`` bit for bit);
 3. each release is compared with the truth (:mod:`stream.lab.metrics`).
 
-Methods whose decisions read neither data nor noise (:data:`DATA_INDEPENDENT`:
+**Lab fast paths (evaluation only).** Under w-event privacy with LPA (every method) the runs
+are not stepped one by one: :func:`stream.lab.vectorised.run_vectorised` runs all R runs of a
+method in one array pass per timestep, with each method's decision rule, window ledger (exact,
+in whole units of ε) and state written over arrays of runs. Its noise is the same exact sampler
+drawn in blocks, so the runs have the engine's distribution but not its values: ``replay --seed``
+does not reproduce them. ``replayable=True`` (``evaluate --replayable``) steps the engine for
+every run instead. ``tests/stream/lab/test_vectorised.py`` checks the kernels against the engine
+bit for bit (with the engine's own drawers). The service never uses these paths.
+
+Otherwise, methods whose decisions read neither data nor noise (:data:`DATA_INDEPENDENT`:
 uniform, fixed) with LPA take a faster path (:func:`run_fast`): run 0 is the
 engine's own run as above (decisions and every ε figure from its accountant),
 and the other runs reuse those decisions and draw their noise in one array
@@ -494,11 +503,21 @@ def _evaluate_method(
     want_true: bool,
     confidence: float,
     tick: Callable[[int], None] | None,
+    replayable: bool = False,
 ) -> dict[str, Any]:
     """``{name: summary}`` (and ``{name-true: …}`` when asked) for one method."""
+    from stream.lab.vectorised import PooledNoise, run_vectorised, vector_eligible
+
     smoother = split_method(name)[1]
     smoother = smoother if smoother in SMOOTHERS else None
-    if fast_eligible(s):
+    if replayable:
+        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick, smoother=smoother)
+                  for r in range(runs)]
+    elif smoother is None and vector_eligible(s):
+        res = run_vectorised(s, workload, runs, PooledNoise(seed, s.stream.id, name), tick=tick)
+        traces = [RunTrace(res.metrics[r], [None if x < 0 else x for x in res.sources[r].tolist()])
+                  for r in range(runs)]
+    elif fast_eligible(s):
         traces = run_fast(s, workload, seed, runs, name=name, tick=tick, smoother=smoother)
     else:
         traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick, smoother=smoother)
@@ -520,12 +539,14 @@ def evaluate_settings(
     progress: bool | None = None,
     desc: str = "evaluate",
     jobs: int | None = 1,
+    replayable: bool = False,
 ) -> dict[str, Any]:
     """Evaluate already-validated per-method settings on one workload (the JSON result).
 
     ``jobs``: methods evaluated in parallel processes (``None``: one per core, at most one per
     method). Each method's runs are the same whatever ``jobs`` is (each run's noise is keyed by
-    the seed, never by the process), so the result does not depend on it."""
+    the seed, never by the process), so the result does not depend on it. ``replayable``: step the
+    engine for every run (slow), so ``replay --seed seed+r`` reproduces run ``r``."""
     if runs < 1:
         raise EvaluationError(f"--runs must be >= 1, got {runs}")
     if seed < 0:
@@ -546,7 +567,7 @@ def evaluate_settings(
         try:
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
                 futures = {pool.submit(_evaluate_method, name, s, workload, runs, seed, name in true_set,
-                                       confidence, None): name for name, s in per_method.items()}
+                                       confidence, None, replayable): name for name, s in per_method.items()}
                 for fut in as_completed(futures):
                     done[futures[fut]] = fut.result()
                     if bar is not None:
@@ -563,7 +584,8 @@ def evaluate_settings(
             for name, s in per_method.items():
                 if bar is not None:
                     bar.set_description(f"{desc} {name}")
-                methods.update(_evaluate_method(name, s, workload, runs, seed, name in true_set, confidence, tick))
+                methods.update(_evaluate_method(name, s, workload, runs, seed, name in true_set, confidence, tick,
+                                                replayable))
         finally:
             if bar is not None:
                 bar.close()
@@ -592,6 +614,7 @@ def evaluate(
     true_versions: Iterable[str] = (),
     progress: bool | None = None,
     jobs: int | None = 1,
+    replayable: bool = False,
 ) -> dict[str, Any]:
     """Evaluate ``methods`` on the true histograms ``truth`` (``(T, U)`` ints) under ``settings``."""
     names = parse_methods(methods)
@@ -621,6 +644,7 @@ def evaluate(
         confidence=settings.release.confidence,
         progress=progress,
         jobs=jobs,
+        replayable=replayable,
     )
 
 
