@@ -196,3 +196,25 @@ def test_ineligible_configurations_take_the_engine_path():
     with pytest.raises(ValueError, match="no vectorised lab path"):
         vec.run_vectorised(user, Workload.build(_truth(5, 10), user.domain().shape, queries=0, seed=0), 2,
                            vec.PooledNoise(0, "t", "x"))
+
+
+def test_fast_w_survives_an_error_that_overflows_exp():
+    """The sine family at ε = 0.1, w = 50 crashed FAST_w's controller: exp((control − ξ)/ξ) overflowed.
+    The capped exponent gives the interval the uncapped maths would (1), in the engine and the kernel."""
+    import math
+
+    from controller.policies.wevent import FAST_MAX_EXPONENT, FastState
+    from histogram.mechanism import NoisyHistogram
+
+    s = ev.check_methods(settings_for("sine", 0.1, 50, 1000.0), ["fast"])["fast"]
+    policy = s.engine().policy
+    state = FastState(np.array([1.0]), 1.0, 3, 4, 4, (1e4,) * 4)
+    noisy = NoisyHistogram(np.array([10**6]), policy.per_sample, np.array([np.inf]), 0.95)
+    control = policy.cp * 1e4  # far beyond where exp overflows
+    with pytest.raises(OverflowError):
+        math.exp((control - policy.xi) / policy.xi)  # what the uncapped controller computed
+    out, new = policy.smooth(state, 4, noisy)
+    assert new.interval == 1 and new.next_sample == 5
+    assert FAST_MAX_EXPONENT < math.log(np.finfo(np.float64).max)
+    wl = Workload.build(family_series("sine", 200, 1), s.domain().shape, queries=0, seed=3)
+    assert _same_as_engine(s, wl, 7, 2)
