@@ -218,3 +218,16 @@ def test_fast_w_survives_an_error_that_overflows_exp():
     assert FAST_MAX_EXPONENT < math.log(np.finfo(np.float64).max)
     wl = Workload.build(family_series("sine", 200, 1), s.domain().shape, queries=0, seed=3)
     assert _same_as_engine(s, wl, 7, 2)
+
+
+def test_the_t_quantile_equals_scipys():
+    """``t_quantile`` (closed form, no scipy import) against ``scipy.special.stdtrit``."""
+    from scipy.special import stdtrit
+
+    from stream.lab.metrics import t_quantile
+
+    for df in [*range(1, 60), 99, 100, 999]:
+        for confidence in (0.5, 0.9, 0.95, 0.99):
+            assert t_quantile(df, confidence) == pytest.approx(float(stdtrit(df, 0.5 + confidence / 2)), rel=1e-10)
+    with pytest.raises(ValueError):
+        t_quantile(0, 0.95)
