@@ -11,7 +11,9 @@ data, and how wrong would it have been?" It runs the service's release path:
    timesteps with ``Engine.step``, drawing noise from
    ``Randomness.seeded(seed + r)`` for run ``r`` (the drawer of timestep
    ``t`` is ``drawer(stream.id, t)``, as the service draws it; ``dpstream
-   replay --seed seed+r`` reproduces run ``r`` bit for bit);
+   replay --seed seed+r`` reproduces run ``r`` bit for bit) — or, for the
+   methods of the lab fast paths below, the same decisions are made by an
+   evaluation-only re-implementation over all runs at once;
 3. each release is compared with the truth (:mod:`stream.lab.metrics`).
 
 **Lab fast paths (evaluation only).** Under w-event privacy with LPA (every method) the runs
@@ -21,10 +23,12 @@ in whole units of ε) and state written over arrays of runs. Its noise is the sa
 drawn in blocks, so the runs have the engine's distribution but not its values: ``replay --seed``
 does not reproduce them. ``replayable=True`` (``evaluate --replayable``) steps the engine for
 every run instead. ``tests/stream/lab/test_vectorised.py`` checks the kernels against the engine
-bit for bit (with the engine's own drawers). The service never uses these paths.
+bit for bit (with the engine's own drawers). The service never uses these paths. Smoothed
+variants (``+kalman``, ``+ewma``) and other post-processors than ``none``/``nonnegative`` keep
+the engine path.
 
-Otherwise, methods whose decisions read neither data nor noise (:data:`DATA_INDEPENDENT`:
-uniform, fixed) with LPA take a faster path (:func:`run_fast`): run 0 is the
+Otherwise (user-level privacy, smoothed variants), methods whose decisions read neither data
+nor noise (:data:`DATA_INDEPENDENT`: uniform, fixed) with LPA take a faster path (:func:`run_fast`): run 0 is the
 engine's own run as above (decisions and every ε figure from its accountant),
 and the other runs reuse those decisions and draw their noise in one array
 pass with the same exact sampler: the same distribution as stepping the engine,
@@ -531,7 +535,9 @@ def _evaluate_method(
         traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick, smoother=smoother)
                   for r in range(runs)]
     elif smoother is None and vector_eligible(s):
-        res = run_vectorised(s, workload, runs, PooledNoise(seed, s.stream.id, name), tick=tick)
+        # keyed by the base method: "m" and "m+nonnegative" draw the same noise and make the same
+        # decisions, as the engine path's seeded runs do
+        res = run_vectorised(s, workload, runs, PooledNoise(seed, s.stream.id, split_method(name)[0]), tick=tick)
         traces = [RunTrace(res.metrics[r], [None if x < 0 else x for x in res.sources[r].tolist()])
                   for r in range(runs)]
     elif fast_eligible(s):

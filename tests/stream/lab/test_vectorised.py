@@ -231,3 +231,17 @@ def test_the_t_quantile_equals_scipys():
             assert t_quantile(df, confidence) == pytest.approx(float(stdtrit(df, 0.5 + confidence / 2)), rel=1e-10)
     with pytest.raises(ValueError):
         t_quantile(0, 0.95)
+
+
+def test_post_processed_variants_share_the_runs_decisions():
+    """``m`` and ``m+nonnegative`` draw the same noise (post-processing cannot change a decision), so
+    the clamped variant has the same releases, clamped: never more error, and less on a sparse stream."""
+    s = _settings("w-event", bins=10, w=4, cutoff=2, epsilon=1.0, population=200)
+    truth = _truth(40, 10, 20, seed=1)  # two people per bin: noise often goes below zero
+    res = ev.evaluate(s, truth, ["bd", "bd+nonnegative", "dsat", "dsat+nonnegative"], runs=4, queries=10,
+                      seed=5, progress=False)
+    m = res["methods"]
+    for base in ("bd", "dsat"):
+        assert m[f"{base}+nonnegative"]["fresh_releases"] == m[base]["fresh_releases"]
+        assert m[f"{base}+nonnegative"]["epsilon_spent"] == m[base]["epsilon_spent"]
+        assert m[f"{base}+nonnegative"]["mae"] < m[base]["mae"]
