@@ -777,10 +777,12 @@ def run_vectorised(
     cap = int(unit_eps / unit)
     if cap * (T + 2) >= 2**62:
         raise ValueError("ε amounts too fine for the vectorised ledger")
+    post = settings.release.postprocess
+    if kernel_type is _Schedule and isinstance(noise, PooledNoise) and not keep_published:
+        return _run_schedule(policy, mech, workload, runs, noise, unit, cap, post, tick)
     ledger = _Ledger(runs, T, policy.unit.w, cap)
     run = _Run(runs, T, U, workload.truth, noise, ledger, unit, mech)
     kernel = kernel_type(policy, run)
-    post = settings.release.postprocess
     acc = _Metrics(workload, runs)
     sources = np.full((runs, T), -1, dtype=np.int64)
     src = np.full(runs, -1, dtype=np.int64)
@@ -824,3 +826,50 @@ def run_vectorised(
         m["max_window_spend"] = float(Fraction(int(ledger.max[r])) * unit)
         metrics.append(m)
     return VectorResult(metrics, sources, fresh_eps, unit, kept)
+
+
+def _run_schedule(policy: Any, mech: Any, workload: Workload, runs: int, noise: PooledNoise, unit: Fraction,
+                  cap: int, post: str, tick: Callable[[int], None] | None) -> VectorResult:
+    """Uniform, fixed and Sample with block draws: their decisions read neither data nor noise, so one
+    ledger row decides for every run (the same checks as the kernel), and every run's release noise
+    of each ε is drawn in one pass."""
+    T, U = workload.timesteps, workload.bins
+    one = _Ledger(1, T, policy.unit.w, cap)
+    kernel = _Schedule(policy, _Run(1, T, U, workload.truth, noise, one, unit, mech))
+    fresh_t: list[int] = []
+    fresh_e: list[int] = []
+    for t in range(T):
+        rows, eps = kernel.decide(t)
+        if rows.size:
+            one.spend(t, rows, eps)
+            fresh_t.append(t)
+            fresh_e.append(int(eps[0]))
+        one.end_step(t)
+    ts = np.asarray(fresh_t, dtype=np.int64)
+    es = np.asarray(fresh_e, dtype=np.int64)
+    table = np.zeros((runs, ts.size + 1, U))  # the last row: the all-zero placeholder (index -1)
+    for e in np.unique(es).tolist():
+        idx = np.flatnonzero(es == e)
+        scale = mech.scale(Fraction(e) * unit)
+        z = noise.laplace(np.arange(runs * idx.size), scale, U).reshape(runs, idx.size, U)
+        table[:, idx] = postprocess(post, workload.truth[ts[idx]][None] + z)
+    src_index = np.searchsorted(ts, np.arange(T), side="right") - 1  # the last fresh row at or before t
+    acc = _Metrics(workload, runs)
+    for lo in range(0, T, acc.block):
+        hi = min(T, lo + acc.block)
+        acc.buf[:, :hi - lo] = table[:, src_index[lo:hi]]
+        acc.filled = hi - lo
+        acc.flush()
+    if tick is not None:
+        tick(T * runs)
+    sources = np.where(src_index < 0, -1, ts[np.maximum(src_index, 0)]) if ts.size else np.full(T, -1)
+    fresh_units = np.zeros((runs, T), dtype=np.int64)
+    fresh_units[:, ts] = es
+    spent = float(Fraction(int(one.E.sum())) * unit)
+    window = float(Fraction(int(one.max[0])) * unit)
+    metrics = []
+    for r in range(runs):
+        m = acc.metrics(r)
+        m.update(fresh_releases=float(ts.size), epsilon_spent=spent, max_window_spend=window)
+        metrics.append(m)
+    return VectorResult(metrics, np.tile(sources, (runs, 1)), fresh_units, unit)
