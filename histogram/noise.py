@@ -327,6 +327,38 @@ class GeneratorDrawer:
         self.draws += n
         return int(out[0]) if size is None else out
 
+    def discrete_exponential(self, t: int, size: int) -> np.ndarray:
+        """``size`` exact draws of ``X`` with ``P(X = x) = (1 − e^{−1/t})·e^{−x/t}``, ``x = 0, 1, …``.
+
+        The first stage of :meth:`discrete_laplace` (CKS Algorithm 2) on its own: ``U`` uniform on
+        ``{0, …, t−1}`` kept with probability ``exp(−U/t)``, ``V`` geometric, ``X = U + tV``. It
+        depends on ``t`` only, so one block of draws serves every scale ``t/s``: ``⌊X/s⌋`` with a fair
+        sign, ``(−, 0)`` rejected, is ``DLap(t/s)`` exactly (how the lab draws many scales that each
+        occur once, :class:`stream.lab.vectorised.PooledNoise`). ``t`` is a positive int below 2⁴⁰.
+        """
+        if isinstance(t, bool) or not isinstance(t, int | np.integer) or not 0 < int(t) < _EXACT_LIMIT:
+            raise NoiseError(f"discrete_exponential needs an integer 0 < t < 2**40, got {t!r}")
+        t = int(t)
+        out = np.empty(int(size), dtype=np.int64)
+        filled = 0
+        while filled < out.size:
+            m = int((out.size - filled) * 1.7) + 16
+            if t == 1:
+                u = np.zeros(m, dtype=np.int64)
+            else:
+                u = self._gen.integers(0, t, size=m, dtype=np.int64)
+                u = u[self._bernoulli_exp_unit(u, t)]
+            x = (u + t * self._geometric(u.size))[: out.size - filled]
+            out[filled : filled + x.size] = x
+            filled += x.size
+        self.draws += out.size
+        return out
+
+    def fair_bits(self, size: int) -> np.ndarray:
+        """``size`` independent fair booleans (one bounded integer in {0, 1} each)."""
+        self.draws += int(size)
+        return self._gen.integers(0, 2, size=int(size), dtype=np.int8).astype(bool)
+
 
 @dataclass(frozen=True)
 class Randomness:

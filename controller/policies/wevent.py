@@ -46,7 +46,10 @@ from controller.step import decode_array, encode_array
 from controller.units import WEvent
 from histogram.mechanism import NoisyHistogram
 
-__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "FastPolicy", "FastState"]
+__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "FastPolicy", "FastState", "FAST_MAX_EXPONENT"]
+
+#: FAST_w's controller caps ``(control − ξ)/ξ`` here before ``exp`` (``exp(709.8)`` overflows a float).
+FAST_MAX_EXPONENT = 700.0
 
 
 def _require_w_event(unit: object, name: str) -> None:
@@ -361,8 +364,9 @@ class FastPolicy:
         derivative = 0.0 if len(errors) < 2 or state.last_sample < 0 else \
             (errors[-1] - errors[-2]) / (timestep - state.last_sample)
         control = self.cp * error + self.ci * sum(errors) / len(errors) + self.cd * derivative
-        # the exponent is capped (e^50 already sends any interval to 1): a large error must not overflow
-        step = self.theta * (1.0 - math.exp(min((control - self.xi) / self.xi, 50.0)))
+        # the exponent is capped where exp would overflow (a large error): the step is then hugely
+        # negative either way and the interval falls to 1, as it would without the cap
+        step = self.theta * (1.0 - math.exp(min((control - self.xi) / self.xi, FAST_MAX_EXPONENT)))
         interval = max(1, int(state.interval + step))
         posterior = np.array(posterior, dtype=np.float64)
         posterior.setflags(write=False)

@@ -52,9 +52,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Window the input once into true per-timestep histograms (the service's reader, windowing "
             "and contribution bounding), run each method's release engine --runs times with seeded noise "
-            "(run r uses seed+r, so 'dpstream replay --seed seed+r' reproduces it; for uniform and fixed only "
-            "run 0 is stepped, the other runs reuse its decisions and ε and draw their noise in one pass), "
-            "and report per method "
+            "(under w-event privacy with LPA all runs of a method go in one array pass, with the same exact "
+            "noise sampler and exact ε ledger: evaluation only, and replay does not reproduce those runs; "
+            "--replayable steps the engine for every run, run r with seed+r, so 'dpstream replay --seed "
+            "seed+r' reproduces it), and report per method "
             "the mean absolute/relative error per bin, the error of --queries random range-count queries, "
             "fresh releases and the epsilon spent, each with a 95% confidence interval over the runs."
         ),
@@ -103,6 +104,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=_int_at_least(0), default=0,
                    help="methods evaluated in parallel processes (default 0: one per core; 1: none); "
                         "the results do not depend on it")
+    p.add_argument("--replayable", action="store_true",
+                   help="step the service's engine for every run (slow) so that 'dpstream replay --seed "
+                        "seed+r' reproduces run r; without it, w-event LPA methods run all runs in one "
+                        "array pass (same noise law, other values)")
     p.set_defaults(func=run, handler=run)
     return p
 
@@ -209,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
             true_versions=true_versions,
             progress=progress,
             jobs=args.jobs or None,
+            replayable=args.replayable,
         )
     except (EvaluationError, ConfigError) as exc:
         _err(str(exc))

@@ -11,11 +11,24 @@ data, and how wrong would it have been?" It runs the service's release path:
    timesteps with ``Engine.step``, drawing noise from
    ``Randomness.seeded(seed + r)`` for run ``r`` (the drawer of timestep
    ``t`` is ``drawer(stream.id, t)``, as the service draws it; ``dpstream
-   replay --seed seed+r`` reproduces run ``r`` bit for bit);
+   replay --seed seed+r`` reproduces run ``r`` bit for bit) — or, for the
+   methods of the lab fast paths below, the same decisions are made by an
+   evaluation-only re-implementation over all runs at once;
 3. each release is compared with the truth (:mod:`stream.lab.metrics`).
 
-Methods whose decisions read neither data nor noise (:data:`DATA_INDEPENDENT`:
-uniform, fixed) with LPA take a faster path (:func:`run_fast`): run 0 is the
+**Lab fast paths (evaluation only).** Under w-event privacy with LPA (every method) the runs
+are not stepped one by one: :func:`stream.lab.vectorised.run_vectorised` runs all R runs of a
+method in one array pass per timestep, with each method's decision rule, window ledger (exact,
+in whole units of ε) and state written over arrays of runs. Its noise is the same exact sampler
+drawn in blocks, so the runs have the engine's distribution but not its values: ``replay --seed``
+does not reproduce them. ``replayable=True`` (``evaluate --replayable``) steps the engine for
+every run instead. ``tests/stream/lab/test_vectorised.py`` checks the kernels against the engine
+bit for bit (with the engine's own drawers). The service never uses these paths. Smoothed
+variants (``+kalman``, ``+ewma``) and other post-processors than ``none``/``nonnegative`` keep
+the engine path.
+
+Otherwise (user-level privacy, smoothed variants), methods whose decisions read neither data
+nor noise (:data:`DATA_INDEPENDENT`: uniform, fixed) with LPA take a faster path (:func:`run_fast`): run 0 is the
 engine's own run as above (decisions and every ε figure from its accountant),
 and the other runs reuse those decisions and draw their noise in one array
 pass with the same exact sampler: the same distribution as stepping the engine,
@@ -447,14 +460,31 @@ REFERENCES: dict[str, str] = {
 
 
 def reference_rows(workload: Workload) -> dict[str, dict[str, Any]]:
-    """The :data:`REFERENCES` on ``workload``: deterministic (no noise), so one run each."""
-    zero, previous = ErrorAccumulator(workload), ErrorAccumulator(workload)
-    for t in range(workload.timesteps):
-        zero.add(t, "zero", None)
-        previous.add(t, t - 1, None if t == 0 else workload.truth[t - 1])
+    """The :data:`REFERENCES` on ``workload``: deterministic (no noise), so one run each.
+
+    The :class:`ErrorAccumulator` metrics in whole-array form: zeros answer every query with 0, and
+    the previous timestep's exact histogram answers with the previous timestep's true answers."""
+    w = workload
+    n = max(w.timesteps, 1)
+    zeros = np.zeros((1, w.bins), dtype=np.int64)
+    previous = np.vstack([zeros, w.truth[:-1]])
     out: dict[str, dict[str, Any]] = {}
-    for name, acc, private in (("zero-release", zero, True), ("previous-true", previous, False)):
-        metrics = {k: None if math.isnan(v) else v for k, v in acc.metrics().items()}  # no queries: None
+    for name, published, private in (("zero-release", None, True), ("previous-true", previous, False)):
+        err = np.abs(w.truth) if published is None else np.abs(w.truth - published)
+        metrics: dict[str, Any] = {
+            "mae": float(err.sum()) / (n * w.bins),
+            "mre": float((err / np.maximum(w.sanity, w.truth)).sum()) / (n * w.bins),
+            "query_abs_error": None,  # no queries: None
+            "query_rel_error": None,
+        }
+        if w.truth_answers is not None and w.query_count:
+            truth_answers = w.truth_answers
+            if published is None:
+                qerr = np.abs(truth_answers)
+            else:
+                qerr = np.abs(truth_answers - np.vstack([np.zeros((1, w.query_count)), truth_answers[:-1]]))
+            metrics["query_abs_error"] = float(qerr.sum()) / (n * w.query_count)
+            metrics["query_rel_error"] = float((qerr / np.maximum(w.sanity, truth_answers)).sum()) / (n * w.query_count)
         out[name] = {**metrics, "private": private, "what": REFERENCES[name]}
     return out
 
@@ -503,9 +533,20 @@ def _evaluate_method(
     want_true: bool,
     confidence: float,
     tick: Callable[[int], None] | None,
+    replayable: bool = False,
 ) -> dict[str, Any]:
     """``{name: summary}`` (and ``{name-true: …}`` when asked) for one method."""
-    if fast_eligible(s):
+    from stream.lab.vectorised import PooledNoise, run_vectorised, vector_eligible
+
+    if replayable:
+        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
+    elif vector_eligible(s):
+        # keyed by the base method: "m" and "m+nonnegative" draw the same noise and make the same
+        # decisions, as the engine path's seeded runs do
+        res = run_vectorised(s, workload, runs, PooledNoise(seed, s.stream.id, split_method(name)[0]), tick=tick)
+        traces = [RunTrace(res.metrics[r], [None if x < 0 else x for x in res.sources[r].tolist()])
+                  for r in range(runs)]
+    elif fast_eligible(s):
         traces = run_fast(s, workload, seed, runs, name=name, tick=tick)
     else:
         traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
@@ -526,12 +567,14 @@ def evaluate_settings(
     progress: bool | None = None,
     desc: str = "evaluate",
     jobs: int | None = 1,
+    replayable: bool = False,
 ) -> dict[str, Any]:
     """Evaluate already-validated per-method settings on one workload (the JSON result).
 
     ``jobs``: methods evaluated in parallel processes (``None``: one per core, at most one per
     method). Each method's runs are the same whatever ``jobs`` is (each run's noise is keyed by
-    the seed, never by the process), so the result does not depend on it."""
+    the seed, never by the process), so the result does not depend on it. ``replayable``: step the
+    engine for every run (slow), so ``replay --seed seed+r`` reproduces run ``r``."""
     if runs < 1:
         raise EvaluationError(f"--runs must be >= 1, got {runs}")
     if seed < 0:
@@ -552,7 +595,7 @@ def evaluate_settings(
         try:
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
                 futures = {pool.submit(_evaluate_method, name, s, workload, runs, seed, name in true_set,
-                                       confidence, None): name for name, s in per_method.items()}
+                                       confidence, None, replayable): name for name, s in per_method.items()}
                 for fut in as_completed(futures):
                     done[futures[fut]] = fut.result()
                     if bar is not None:
@@ -569,7 +612,8 @@ def evaluate_settings(
             for name, s in per_method.items():
                 if bar is not None:
                     bar.set_description(f"{desc} {name}")
-                methods.update(_evaluate_method(name, s, workload, runs, seed, name in true_set, confidence, tick))
+                methods.update(_evaluate_method(name, s, workload, runs, seed, name in true_set, confidence, tick,
+                                                replayable))
         finally:
             if bar is not None:
                 bar.close()
@@ -598,6 +642,7 @@ def evaluate(
     true_versions: Iterable[str] = (),
     progress: bool | None = None,
     jobs: int | None = 1,
+    replayable: bool = False,
 ) -> dict[str, Any]:
     """Evaluate ``methods`` on the true histograms ``truth`` (``(T, U)`` ints) under ``settings``."""
     names = parse_methods(methods)
@@ -627,6 +672,7 @@ def evaluate(
         confidence=settings.release.confidence,
         progress=progress,
         jobs=jobs,
+        replayable=replayable,
     )
     if "auto" in names:  # why auto chose what it ran (public information only)
         from stream.lab.planner import plan

@@ -323,6 +323,8 @@ def test_every_sampler_uses_only_bounded_integers():
     d.discrete_laplace(Fraction(1, 3))
     d.bernoulli_exp(np.array([0, 1, 5, 37]), 10)
     d.uniform_int(np.array([3, 9]))
+    d.discrete_exponential(39225, 100)
+    d.fair_bits(10)
     assert only.calls > 0  # and nothing else was reachable: any float method raises AttributeError
 
 
@@ -382,3 +384,34 @@ def test_exact_scale_keeps_small_fractions_and_rounds_huge_ones_up():
     assert rounded.numerator < 2**40 and rounded.denominator < 2**40
     report = check_discrete_laplace(production(tiny, 9), tiny)
     assert report.ok, (report.failures, report.stats)
+
+
+# ---------------------------------------------------------------------------
+# the first stage on its own (the lab assembles many scales from it)
+
+
+@pytest.mark.parametrize("t", [1, 3, 40], ids=str)
+def test_discrete_exponential_has_the_geometric_law(t):
+    """``P(X = x) = (1 − a)·a^x`` with ``a = e^{−1/t}``: P(0) and the mean within 4 standard errors."""
+    x = Randomness.secure().drawer("n1-audit", 6, "exp").discrete_exponential(t, DRAWS)
+    a = math.exp(-1 / t)
+    p0 = 1 - a
+    assert abs(np.count_nonzero(x == 0) / DRAWS - p0) <= 4 * math.sqrt(p0 * (1 - p0) / DRAWS)
+    mean, var = a / (1 - a), a / (1 - a) ** 2
+    assert abs(float(x.mean()) - mean) <= 4 * math.sqrt(var / DRAWS)
+    assert int(x.min()) >= 0
+
+
+def test_discrete_exponential_checks_t_and_fair_bits_are_fair():
+    from histogram.errors import NoiseError
+
+    d = Randomness.seeded(3).drawer("s", 1, "exp")
+    for bad in (0, -1, 2**40, 1.5, True):
+        with pytest.raises(NoiseError, match="0 < t < 2"):
+            d.discrete_exponential(bad, 3)  # type: ignore[arg-type]
+    bits = d.fair_bits(100_000)
+    assert abs(int(bits.sum()) - 50_000) <= 4 * math.sqrt(25_000)
+    again = Randomness.seeded(3).drawer("s", 1, "exp")
+    assert np.array_equal(Randomness.seeded(3).drawer("s", 2, "e").discrete_exponential(7, 50),
+                          Randomness.seeded(3).drawer("s", 2, "e").discrete_exponential(7, 50))
+    assert again.fair_bits(5).dtype == bool

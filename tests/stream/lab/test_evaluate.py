@@ -134,7 +134,14 @@ def test_w_event_window_spend_never_exceeds_epsilon():
                    progress=False)
     for name, entry in res["methods"].items():
         assert entry["max_window_spend"] <= 1.0 + 1e-12, name
-        assert entry["max_window_spend_ci"][1] <= 1.0 + 1e-9, name
+    # every run's figure, not only the mean (a confidence interval of a bounded mean may pass the bound)
+    from stream.lab.evaluate import check_methods
+    from stream.lab.vectorised import PooledNoise, run_vectorised
+
+    wl = Workload.build(_truth(30), s.domain().shape, queries=0, seed=2)
+    for name, ms in check_methods(s, ["dsat", "bd", "ba", "uniform", "fixed"]).items():
+        runs = run_vectorised(ms, wl, 20, PooledNoise(2, ms.stream.id, name)).metrics
+        assert max(m["max_window_spend"] for m in runs) <= 1.0, name
     # the stream total grows with the number of windows (uniform spends ε/w every timestep)
     assert res["methods"]["uniform"]["epsilon_spent"] == pytest.approx(30 / 5)
 

@@ -1,0 +1,875 @@
+"""Run-vectorised lab paths: every run of a method in one array pass per timestep (evaluation only).
+
+``dpstream evaluate`` runs each method R times on the same true histograms. Stepping the service's
+engine (:func:`stream.lab.evaluate.run_method`) costs about 0.75 ms per step in exact ``Fraction``
+accounting and one-value exact noise draws, so 20 runs of 1,000 timesteps took ~15 s per method.
+The runs are independent, so here every method's decision rule is written once more over arrays of
+R runs: the state of each run (its window ledger, SVT instance, PID controller, last release,
+group, filter) is a row of an array, and each timestep is one pass over all runs.
+
+**Evaluation only.** Nothing here publishes or is used by the service: the service (and ``dpstream
+replay``) always steps :class:`controller.step.Engine`, whose accountant is the one that enforces
+privacy. These kernels reproduce the engine's decisions and charges for the figures an evaluation
+reports; they are checked against the engine bit for bit (``tests/stream/lab/test_vectorised.py``:
+with :class:`EngineNoise`, which draws each run's noise from the very drawers the engine uses, every
+release, decision and ε figure equals the engine's).
+
+Exactness is kept where the engine has it:
+
+* **ε** is counted in whole multiples of one public unit (the greatest common divisor of every
+  amount the method can charge, a ``Fraction``), in int64: the window sums and the cap check are
+  exact integer comparisons, the same as the accountant's ``Fraction`` ones. Reported figures are
+  converted back through ``Fraction``.
+* **noise** is the same exact discrete Laplace sampler (:meth:`histogram.noise.GeneratorDrawer.
+  discrete_laplace`). By default (:class:`PooledNoise`) it is drawn in blocks, one seeded drawer per
+  noise scale, so the runs have the engine's distribution but not its values: ``dpstream replay
+  --seed`` does not reproduce them (``evaluate --replayable`` steps the engine instead).
+* **public floats** (DSAT's PID, FAST_w's filter and controller, the thresholds) use the same IEEE
+  operations in the same order as the policies; ``math.exp`` and the ``Fraction(repr(x))`` threshold
+  are evaluated exactly as the policies do.
+
+Eligible (:func:`vector_eligible`): w-event DSAT/DSFT, BD, BA, Sample, PeGaSus, FAST_w, uniform and
+fixed, with LPA and an element-wise ``release.postprocess`` (``none``, ``nonnegative``). Other
+configurations take the engine path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Protocol
+
+import numpy as np
+
+from controller.policies.baselines import FixedPolicy, UniformPolicy
+from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
+from controller.policies.sampling import WEventSamplingPolicy
+from controller.policies.wevent import FAST_MAX_EXPONENT, FastPolicy, PegasusPolicy, SamplePolicy
+from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness, discrete_laplace_mean_abs
+from histogram.postprocess import postprocess
+from stream.lab.metrics import QueryIndex, Workload
+
+__all__ = ["LabNoise", "PooledNoise", "EngineNoise", "VectorResult", "vector_eligible", "run_vectorised"]
+
+#: ``release.postprocess`` values that act on each count alone (so they apply to a stack of runs).
+ELEMENTWISE_POST = frozenset({"none", "nonnegative"})
+
+#: decision methods with a run-vectorised kernel (under w-event privacy)
+VECTOR_METHODS = frozenset({"dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast"})
+
+
+class LabNoise(Protocol):
+    """Where a kernel's noise comes from: exact discrete Laplace values for some runs."""
+
+    def begin(self, t: int) -> None:
+        """Timestep ``t`` starts (drawers of the previous one are done)."""
+        ...
+
+    def laplace(self, runs: np.ndarray, scale: Fraction, size: int | None) -> np.ndarray:
+        """``DLap(scale)`` for each run in ``runs``: shape ``(len(runs),)`` or ``(len(runs), size)``."""
+        ...
+
+    def laplace_each(self, runs: np.ndarray, num: np.ndarray, den: np.ndarray, size: int) -> np.ndarray:
+        """``(len(runs), size)`` values, row i of scale ``num[i]/den[i]`` (positive ints)."""
+        ...
+
+
+class _Block:
+    """Values of one kind handed out in order from a seeded drawer, refilled in growing blocks."""
+
+    __slots__ = ("fill", "buf", "pos", "chunk")
+
+    def __init__(self, fill: Callable[[int], np.ndarray]) -> None:
+        self.fill = fill
+        self.buf = np.zeros(0, dtype=np.int64)
+        self.pos = 0
+        self.chunk = 256
+
+    def take(self, n: int) -> np.ndarray:
+        if self.pos + n > self.buf.size:
+            while self.chunk < 4 * n:
+                self.chunk *= 2
+            self.buf = np.concatenate([self.buf[self.pos:], self.fill(self.chunk)])
+            self.pos = 0
+            self.chunk = min(self.chunk * 2, 1 << 20)
+        out = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+
+class PooledNoise:
+    """Exact discrete Laplace values drawn in blocks (the lab default).
+
+    A scale ``t/s`` asked for a third time gets a block of its own: values of
+    :meth:`histogram.noise.GeneratorDrawer.discrete_laplace` from a drawer keyed by (seed, stream,
+    method, scale), handed out in order. Rarer scales (BD's releases, whose ε is rarely the same
+    twice) are assembled from blocks that do not depend on ``s``: ``X`` with ``P(X = x) ∝ e^{−x/t}``
+    (:meth:`~histogram.noise.GeneratorDrawer.discrete_exponential`, one block per ``t``) and fair
+    signs; ``⌊X/s⌋`` with its sign, ``(−, 0)`` rejected and redrawn, is ``DLap(t/s)`` exactly (CKS
+    Algorithm 2's last step). Either way the values depend on the seed and the method's decisions
+    only. Same law as the engine's draws, other values.
+    """
+
+    POOL_AFTER = 3
+
+    def __init__(self, seed: int, stream: str, name: str) -> None:
+        self._rnd = Randomness.seeded(seed)
+        self._stream = stream
+        self._name = name
+        self._blocks: dict[tuple[str, int, int], _Block] = {}
+        self._seen: dict[tuple[int, int], int] = {}
+        self._fixed: dict[int, tuple[Fraction, _Block]] = {}
+
+    def begin(self, t: int) -> None:
+        return None
+
+    def _block(self, kind: str, a: int, b: int) -> _Block:
+        key = (kind, a, b)
+        block = self._blocks.get(key)
+        if block is None:
+            drawer = self._rnd.drawer(self._stream, 0, f"lab-vector:{self._name}:{kind}:{a}/{b}")
+            if kind == "dlap":
+                scale = Fraction(a, b)
+                block = _Block(lambda n: drawer.discrete_laplace(scale, n))  # type: ignore[misc]
+            elif kind == "x":
+                block = _Block(lambda n: drawer.discrete_exponential(a, n))
+            else:
+                block = _Block(lambda n: drawer.fair_bits(n).astype(np.int64))
+            self._blocks[key] = block
+        return block
+
+    def laplace(self, runs: np.ndarray, scale: Fraction, size: int | None) -> np.ndarray:
+        """A scale every timestep asks for (decision noise): straight from its block."""
+        k = int(runs.size)
+        hit = self._fixed.get(id(scale))  # the kernels pass the same scale objects every timestep
+        if hit is None or hit[0] is not scale:
+            sc = Fraction(scale)
+            hit = self._fixed[id(scale)] = (scale, self._block("dlap", sc.numerator, sc.denominator))
+        block = hit[1]
+        z = block.take(k * (1 if size is None else size))
+        return z if size is None else z.reshape(k, size)
+
+    def laplace_each(self, runs: np.ndarray, num: np.ndarray, den: np.ndarray, size: int) -> np.ndarray:
+        k = int(runs.size)
+        g = np.gcd(num, den)
+        num, den = num // g, den // g
+        out = np.empty((k, size), dtype=np.int64)
+        if k and num.min() == num.max() and den.min() == den.max():
+            groups = {(int(num[0]), int(den[0])): list(range(k))}
+        else:
+            groups = {}
+            for i, key in enumerate(zip(num.tolist(), den.tolist(), strict=True)):
+                groups.setdefault(key, []).append(i)
+        rare: list[int] = []
+        for key, idx in groups.items():
+            seen = self._seen[key] = self._seen.get(key, 0) + 1
+            if seen >= self.POOL_AFTER or key[0] >= _EXACT_LIMIT or key[1] >= _EXACT_LIMIT:
+                out[idx] = self._block("dlap", *key).take(len(idx) * size).reshape(len(idx), size)
+            else:
+                rare.extend(idx)
+        if rare:
+            out[rare] = self._assembled(np.repeat(num[rare], size), np.repeat(den[rare], size)).reshape(-1, size)
+        return out
+
+    def _assembled(self, t: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """One ``DLap(t_i/s_i)`` per entry from the ``X`` blocks of each ``t`` and the sign block."""
+        out = np.empty(t.size, dtype=np.int64)
+        todo = np.arange(t.size)
+        while todo.size:
+            tt = t[todo]
+            x = np.empty(todo.size, dtype=np.int64)
+            for tv in np.unique(tt).tolist():
+                sel = np.flatnonzero(tt == tv)
+                x[sel] = self._block("x", tv, 1).take(sel.size)
+            y = x // s[todo]
+            negative = self._block("sign", 0, 1).take(todo.size).astype(bool)
+            ok = ~(negative & (y == 0))
+            out[todo[ok]] = np.where(negative, -y, y)[ok]
+            todo = todo[~ok]
+        return out
+
+
+class EngineNoise:
+    """The engine's own draws: run ``r`` at timestep ``t`` draws from
+    ``Randomness.seeded(seed + r).drawer(stream, t, "release")``, in the engine's call order.
+
+    With it a kernel publishes exactly what ``dpstream replay --seed seed+r`` publishes (slow: one
+    drawer and one-value draws per run and timestep; the tests use it to check the kernels).
+    """
+
+    def __init__(self, seed: int, stream: str) -> None:
+        self._seed = seed
+        self._stream = stream
+        self._t = -1
+        self._drawers: dict[int, GeneratorDrawer] = {}
+
+    def begin(self, t: int) -> None:
+        self._t = t
+        self._drawers = {}
+
+    def laplace(self, runs: np.ndarray, scale: Fraction, size: int | None) -> np.ndarray:
+        out = []
+        for r in runs.tolist():
+            d = self._drawers.get(r)
+            if d is None:
+                d = self._drawers[r] = Randomness.seeded(self._seed + r).drawer(self._stream, self._t, "release")
+            out.append(d.discrete_laplace(scale, size))
+        if size is None:
+            return np.asarray(out, dtype=np.int64).reshape(len(out))
+        return np.asarray(out, dtype=np.int64).reshape(len(out), size)
+
+    def laplace_each(self, runs: np.ndarray, num: np.ndarray, den: np.ndarray, size: int) -> np.ndarray:
+        return np.vstack([self.laplace(runs[i:i + 1], Fraction(int(a), int(b)), size)
+                          for i, (a, b) in enumerate(zip(num.tolist(), den.tolist(), strict=True))])
+
+
+def _unit(amounts: list[Fraction]) -> Fraction:
+    """The largest Fraction of which every amount is a whole multiple."""
+    lcm = 1
+    for a in amounts:
+        lcm = lcm * a.denominator // math.gcd(lcm, a.denominator)
+    g = 0
+    for a in amounts:
+        g = math.gcd(g, a.numerator * (lcm // a.denominator))
+    return Fraction(g, lcm)
+
+
+class _Ledger:
+    """R window ledgers in whole units: ``E[r, e]`` is the ε of run r's entries whose span ends at e.
+
+    An entry counts in every window it touches; at timestep ``t`` every entry ends at or before ``t``,
+    so the window ending at ``t`` holds exactly the entries with ``end >= t - w + 1`` (the accountant's
+    ``_touching``). Extending an entry moves its ε to its new end.
+    """
+
+    def __init__(self, runs: int, timesteps: int, w: int, cap: int) -> None:
+        self.E = np.zeros((runs, timesteps), dtype=np.int64)
+        self.w = w
+        self.cap = cap
+        self.max = np.zeros(runs, dtype=np.int64)
+        self._t = -1
+        self._used: np.ndarray | None = None
+
+    def used(self, t: int) -> np.ndarray:
+        if self._used is None or self._t != t:
+            self._used = self.E[:, max(0, t - self.w + 1):t + 1].sum(axis=1)
+            self._t = t
+        return self._used
+
+    def can(self, t: int, amount: int | np.ndarray) -> np.ndarray:
+        return self.used(t) + amount <= self.cap
+
+    def spend(self, t: int, rows: np.ndarray, amount: int | np.ndarray) -> None:
+        if rows.size:
+            self.E[rows, t] += amount
+            self._used = None
+
+    def extend(self, t: int, rows: np.ndarray, ends: np.ndarray, amount: int) -> None:
+        if rows.size:
+            self.E[rows, ends] -= amount
+            self.E[rows, t] += amount
+            self._used = None
+
+    def end_step(self, t: int) -> None:
+        np.maximum(self.max, self.used(t), out=self.max)
+
+
+@dataclass
+class VectorResult:
+    """R runs of one method: metrics per run, and each run's decisions.
+
+    ``sources[r, t]`` is the timestep whose release run r published at t (-1: the all-zero placeholder);
+    ``fresh_units[r, t]`` the ε of a fresh release at t in whole ``unit``s (0: none; see
+    :meth:`epsilons`). ``published`` (only when asked) is ``(R, T, U)``.
+    """
+
+    metrics: list[dict[str, float]]
+    sources: np.ndarray
+    fresh_units: np.ndarray
+    unit: Fraction
+    published: np.ndarray | None = None
+
+    def epsilons(self, r: int) -> dict[int, Fraction]:
+        """Run ``r``'s fresh timesteps and the ε of each (as :class:`stream.lab.evaluate.RunTrace`)."""
+        row = self.fresh_units[r]
+        return {int(t): Fraction(int(row[t])) * self.unit for t in np.flatnonzero(row)}
+
+
+class _Metrics:
+    """The :class:`stream.lab.metrics.ErrorAccumulator` sums for R runs at once.
+
+    The published counts of every run are buffered for a block of timesteps and compared with the
+    truth in one pass per block. Identical range queries are answered once and weighted by how often
+    they occur (with one bin every query is the same one)."""
+
+    BLOCK = 128
+
+    def __init__(self, workload: Workload, runs: int) -> None:
+        self.w = workload
+        self.abs = np.zeros(runs)
+        self.rel = np.zeros(runs)
+        self.qabs = np.zeros(runs)
+        self.qrel = np.zeros(runs)
+        self.q: QueryIndex | None = None
+        if workload.queries is not None and workload.truth_answers is not None:
+            corners, first, counts = np.unique(workload.queries.corners, axis=0, return_index=True,
+                                               return_counts=True)[:3]
+            self.q = QueryIndex(workload.queries.queries, workload.queries.shape, corners, workload.queries.signs)
+            self.weight = counts.astype(np.float64)
+            self.truth_answers = workload.truth_answers[:, first]
+            self.sanity_answers = np.maximum(workload.sanity, self.truth_answers)
+        self.sanity_truth = np.maximum(workload.sanity, workload.truth)
+        self.block = max(1, min(self.BLOCK, (1 << 22) // max(1, runs * workload.bins)))
+        self.buf = np.zeros((runs, self.block, workload.bins))
+        self.start = 0
+        self.filled = 0
+
+    def add(self, t: int, published: np.ndarray) -> None:
+        """Timestep ``t`` (the next one) published ``published`` (``(R, U)``) in every run."""
+        self.buf[:, self.filled] = published
+        self.filled += 1
+        if self.filled == self.block:
+            self.flush()
+
+    def flush(self) -> None:
+        k = self.filled
+        if not k:
+            return
+        lo, hi = self.start, self.start + k
+        pub = self.buf[:, :k]
+        err = np.abs(pub - self.w.truth[lo:hi])
+        self.abs += err.sum(axis=(1, 2))
+        self.rel += (err / self.sanity_truth[lo:hi]).sum(axis=(1, 2))
+        if self.q is not None:
+            runs, bins = pub.shape[0], pub.shape[2]
+            answers = self.q.answer_batch(pub.reshape(runs * k, bins)).reshape(runs, k, -1)
+            qerr = np.abs(answers - self.truth_answers[lo:hi])
+            self.qabs += (qerr @ self.weight).sum(axis=1)
+            self.qrel += ((qerr / self.sanity_answers[lo:hi]) @ self.weight).sum(axis=1)
+        self.start, self.filled = hi, 0
+
+    def metrics(self, r: int) -> dict[str, float]:
+        w, n = self.w, max(self.w.timesteps, 1)
+        m = max(w.query_count, 1)
+        return {
+            "mae": float(self.abs[r]) / (n * w.bins),
+            "mre": float(self.rel[r]) / (n * w.bins),
+            "query_abs_error": float(self.qabs[r]) / (n * m) if w.query_count else math.nan,
+            "query_rel_error": float(self.qrel[r]) / (n * m) if w.query_count else math.nan,
+        }
+
+
+def vector_eligible(settings: Any) -> bool:
+    """Whether :func:`run_vectorised` applies to these settings."""
+    return (settings.privacy.unit == "w-event" and settings.release.mechanism == "lpa"
+            and settings.release.decision in VECTOR_METHODS
+            and settings.release.postprocess in ELEMENTWISE_POST)
+
+
+@dataclass
+class _Run:
+    """What every kernel shares: sizes, truth, noise, ledger and each run's last release."""
+
+    R: int
+    T: int
+    U: int
+    truth: np.ndarray
+    noise: LabNoise
+    ledger: _Ledger
+    unit: Fraction
+    mech: Any
+    last: np.ndarray = field(init=False)  # (R, U): the counts the decisions compare with (int64 or float)
+    has_last: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.last = np.zeros((self.R, self.U), dtype=np.int64)
+        self.has_last = np.zeros(self.R, dtype=bool)
+
+    def units(self, eps: Fraction) -> int:
+        q = eps / self.unit
+        assert q.denominator == 1, "an amount off the method's unit grid"
+        return int(q)
+
+    def l1(self, t: int, rows: np.ndarray) -> np.ndarray:
+        """``histogram.distance.l1_distance`` of the truth at ``t`` and each run's last release."""
+        last = self.last[rows]
+        if last.dtype.kind in "iu":
+            return np.abs(self.truth[t] - last).sum(axis=1)
+        fixed = np.rint(last * float(1 << 16)).astype(np.int64)
+        return np.abs(self.truth[t] * (1 << 16) - fixed).sum(axis=1) >> 16
+
+
+def _ceil_threshold(x: np.ndarray, population: int, cache: dict[float, int]) -> np.ndarray:
+    """``ceil(Fraction(repr(x)) · population)`` per entry, as the policies compare (exact).
+
+    An integer ``d ≥ q`` iff ``d ≥ ceil(q)``. The float product decides unless it lies within 1e-9 of
+    a whole number, where the exact rational is computed (and cached)."""
+    p = x * population
+    c = np.ceil(p)
+    near = np.abs(p - np.rint(p)) <= 1e-9 * np.maximum(1.0, np.abs(p))
+    out = c.astype(np.int64)
+    for i in np.flatnonzero(near).tolist():
+        v = float(x[i])
+        hit = cache.get(v)
+        if hit is None:
+            hit = cache[v] = math.ceil(Fraction(repr(v)) * population)
+        out[i] = hit
+    return out
+
+
+class _Kernel:
+    """One method's decision rule over R runs. ``decide`` returns the runs that publish fresh at ``t``
+    and the ε of each (in units), after drawing any decision noise; ``after`` may replace the
+    releases (PeGaSus's smoother, FAST_w's filter)."""
+
+    published_float = False
+
+    def __init__(self, policy: Any, run: _Run) -> None:
+        self.p = policy
+        self.run = run
+
+    @staticmethod
+    def amounts(policy: Any) -> list[Fraction]:
+        raise NotImplementedError
+
+    def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
+        return noisy
+
+
+class _Schedule(_Kernel):
+    """Uniform, fixed (Sample of C) and Sample: a public schedule, checked against the ledger."""
+
+    @staticmethod
+    def amounts(policy: Any) -> list[Fraction]:
+        if isinstance(policy, UniformPolicy):
+            return [policy.per_timestep]
+        return [policy.per_release]
+
+    def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        p, run = self.p, self.run
+        if isinstance(p, UniformPolicy):
+            eps, due = p.per_timestep, True
+        elif isinstance(p, FixedPolicy):
+            eps, due = p.per_release, t % p.interval == 0
+        else:
+            eps, due = p.per_release, t % p.unit.w == 0
+        if not due:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        e = run.units(eps)
+        rows = np.flatnonzero(run.ledger.can(t, e))
+        return rows, np.full(rows.size, e, dtype=np.int64)
+
+
+class _Sampling(_Kernel):
+    """w-event DSAT/DSFT (:class:`controller.policies.sampling.WEventSamplingPolicy`)."""
+
+    @staticmethod
+    def amounts(policy: Any) -> list[Fraction]:
+        return [policy.per_instance, policy.per_release]
+
+    def __init__(self, policy: WEventSamplingPolicy, run: _Run) -> None:
+        super().__init__(policy, run)
+        R = run.R
+        self.fresh_at = np.zeros((R, run.T), dtype=bool)
+        self.has_inst = np.zeros(R, dtype=bool)
+        self.inst_end = np.zeros(R, dtype=np.int64)
+        self.rho = np.zeros(R, dtype=np.int64)
+        self.e_inst = run.units(policy.per_instance)
+        self.e_rel = run.units(policy.per_release)
+        cal = policy.calibration
+        self.threshold_scale, self.query_scale = cal.threshold_scale, cal.query_scale
+        self.cache: dict[float, int] = {}
+        self.fixed_threshold = math.ceil(Fraction(repr(float(policy.threshold))) * policy.population)
+        floor = run.mech.expected_abs_error(policy.per_release, run.U) * run.U
+        self.floor = math.ceil(floor) if policy.noise_floor else 0
+        if policy.adaptive:
+            g = policy.pid.gains
+            self.g = g
+            self.thr = np.full(R, float(policy.pid.initial))
+            self.errors: list[np.ndarray] = []
+            self.last_err = np.zeros(R)
+            self.last_time = np.zeros(R, dtype=np.int64)
+
+    def _pid(self, t: int, in_window: np.ndarray) -> None:
+        p, g = self.p, self.g
+        pid = p.pid
+        w, cutoff = p.unit.w, p.unit.cutoff
+        target = cutoff / w
+        rate = in_window / max(1, min(t + 1, w))
+        feedback = np.abs(rate - target)
+        e = np.abs(feedback - g.delta) / g.delta
+        self.errors = (self.errors + [e])[-g.integral_window:]
+        derivative = np.zeros_like(e)
+        if g.theta_d:
+            moved = (t + 1) != self.last_time
+            derivative = np.where(moved, (e - self.last_err) / np.where(moved, (t + 1) - self.last_time, 1), 0.0)
+        total = 0 + self.errors[0]
+        for x in self.errors[1:]:
+            total = total + x
+        u = g.theta_p * e + g.theta_i * total + g.theta_d * derivative
+        step = g.theta * u
+        down = rate - target <= 0
+        self.thr = np.where(down, np.maximum(pid.lower, self.thr - step), np.minimum(pid.upper, self.thr + step))
+
+    def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        p, run = self.p, self.run
+        w, cutoff = p.unit.w, p.unit.cutoff
+        none = np.zeros(0, dtype=np.int64)
+        if t == 0:
+            rows = np.flatnonzero(run.ledger.can(t, self.e_rel))
+            return rows, np.full(rows.size, self.e_rel, dtype=np.int64)
+        if p.adaptive and t <= p.burn_in:
+            return none, none
+        in_window = self.fresh_at[:, max(0, t - w + 1):t].sum(axis=1)
+        if p.adaptive:
+            self._pid(t, in_window)
+        act = in_window < cutoff
+        ledger = run.ledger
+        used = ledger.used(t)
+        inside = self.inst_end >= t - w + 1
+        extend_used = used + np.where(inside, 0, self.e_inst)
+        can_ext = act & self.has_inst & (extend_used <= ledger.cap)
+        probe_ok = extend_used + self.e_rel <= ledger.cap
+        ext = can_ext & probe_ok
+        start = act & ~can_ext
+        start_ok = start & (used + self.e_inst + self.e_rel <= ledger.cap)
+        # runs that cannot start an instance drop theirs (REPUBLISH with instance=None)
+        self.has_inst &= ~(start & ~start_ok)
+        ext_rows = np.flatnonzero(ext)
+        ledger.extend(t, ext_rows, self.inst_end[ext_rows], self.e_inst)
+        self.inst_end[ext_rows] = t
+        new_rows = np.flatnonzero(start_ok)
+        ledger.spend(t, new_rows, self.e_inst)
+        if new_rows.size:
+            self.rho[new_rows] = run.noise.laplace(new_rows, self.threshold_scale, None)
+            self.has_inst[new_rows] = True
+            self.inst_end[new_rows] = t
+        q = ext | start_ok
+        rows = np.flatnonzero(q)
+        if not rows.size:
+            return none, none
+        nu = run.noise.laplace(rows, self.query_scale, None)
+        d = run.l1(t, rows)
+        if p.adaptive:
+            threshold = _ceil_threshold(self.thr[rows], p.population, self.cache)
+        else:
+            threshold = np.full(rows.size, self.fixed_threshold, dtype=np.int64)
+        if p.noise_floor:
+            threshold = threshold + np.where(run.has_last[rows], self.floor, 0)
+        above = d + nu - self.rho[rows] >= threshold
+        fresh_rows = rows[above]
+        self.has_inst[fresh_rows] = False
+        return fresh_rows, np.full(fresh_rows.size, self.e_rel, dtype=np.int64)
+
+    def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
+        self.fresh_at[rows, t] = True
+        if self.p.adaptive:  # pid.sampled(state, t + 1): the error of the latest update
+            self.last_err[rows] = self.errors[-1][rows] if self.errors else 0.0
+            self.last_time[rows] = t + 1
+        return noisy
+
+
+class _Kellaris(_Kernel):
+    """BD and BA (:mod:`controller.policies.kellaris`)."""
+
+    @staticmethod
+    def amounts(policy: Any) -> list[Fraction]:
+        if isinstance(policy, BudgetDistribution):
+            return [policy.test_epsilon, policy.grid, policy.publication_budget]
+        return [policy.test_epsilon, policy.share]
+
+    def __init__(self, policy: Any, run: _Run) -> None:
+        super().__init__(policy, run)
+        R = run.R
+        self.bd = isinstance(policy, BudgetDistribution)
+        self.pub = np.zeros((R, run.T), dtype=np.int64)  # publication ε by timestep (units)
+        self.last_pub = np.full(R, -1, dtype=np.int64)
+        self.nullified = np.zeros(R, dtype=np.int64)
+        self.e_test = run.units(policy.test_epsilon)
+        self.test_scale = Fraction(policy.sensitivity) / policy.test_epsilon
+        if self.bd:
+            self.budget = run.units(policy.publication_budget)
+            self.grid = run.units(policy.grid)
+        else:
+            self.share = run.units(policy.share)
+        self.errors: dict[int, float] = {}
+
+    def _error(self, units: np.ndarray) -> np.ndarray:
+        """``mech.expected_abs_error(ε) · bins`` per run, as LPA computes it (Python floats, cached by ε).
+
+        LPA's error is ``discrete_laplace_mean_abs(Δ/ε)``, which reads the scale as ``float(Δ/ε)``;
+        ``Δ·unit.den / (e·unit.num)`` as an int true division is the same correctly rounded float."""
+        out = np.empty(units.size)
+        run = self.run
+        num = run.mech.sensitivity * run.unit.denominator
+        for i, u in enumerate(units.tolist()):
+            e = self.errors.get(u)
+            if e is None:
+                e = self.errors[u] = discrete_laplace_mean_abs(num / (u * run.unit.numerator)) * run.U
+            out[i] = e
+        return out
+
+    def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        run, w = self.run, self.p.unit.w
+        if self.bd:
+            remaining = self.budget - self.pub[:, max(0, t - w + 1):t].sum(axis=1)
+            potential = np.where(remaining > 0, remaining // (2 * self.grid) * self.grid, 0)
+            ok = (potential > 0) & run.ledger.can(t, self.e_test + potential)
+        else:
+            active = t - self.last_pub > self.nullified
+            available = np.minimum(t - (self.last_pub + self.nullified), w)
+            potential = self.share * available
+            ok = active & run.ledger.can(t, self.e_test + potential)
+        rows = np.flatnonzero(ok)
+        none = np.zeros(0, dtype=np.int64)
+        if not rows.size:
+            return none, none
+        run.ledger.spend(t, rows, self.e_test)
+        noisy = run.l1(t, rows) + run.noise.laplace(rows, self.test_scale, None)
+        pot = potential[rows]
+        fresh = noisy > self._error(pot)
+        fresh_rows = rows[fresh]
+        eps = pot[fresh]
+        self.pub[fresh_rows, t] = eps
+        self.last_pub[fresh_rows] = t
+        if not self.bd:
+            self.nullified[fresh_rows] = available[fresh_rows] - 1
+        return fresh_rows, eps
+
+
+class _Pegasus(_Kernel):
+    """PeGaSus (:class:`controller.policies.wevent.PegasusPolicy`): perturb, group, smooth."""
+
+    @staticmethod
+    def amounts(policy: Any) -> list[Fraction]:
+        return [policy.epsilon_p, policy.epsilon_g]
+
+    def __init__(self, policy: PegasusPolicy, run: _Run) -> None:
+        super().__init__(policy, run)
+        R = run.R
+        self.size = np.zeros(R, dtype=np.int64)
+        self.total = np.zeros((R, run.U), dtype=np.int64)
+        self.joined = np.zeros(R, dtype=bool)
+        self.e_p = run.units(policy.epsilon_p)
+        self.e_g = run.units(policy.epsilon_g)
+        self.err = run.mech.expected_abs_error(policy.epsilon_p, run.U)
+        self.test_scale = policy.test_scale
+        self.test_term = 2 * float(policy.test_scale)
+
+    def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        p, run = self.p, self.run
+        ledger = run.ledger
+        new = (self.size == 0) | ((self.size >= p.max_group) if p.max_group is not None else False)
+        ok_new = new & ledger.can(t, self.e_p)
+        test = ~new & ledger.can(t, self.e_g + self.e_p)
+        rows = np.flatnonzero(test)
+        self.joined[:] = False
+        if rows.size:
+            ledger.spend(t, rows, self.e_g)
+            size = self.size[rows]
+            m = (2 * self.total[rows] + size[:, None]) // (2 * size[:, None])
+            dev = np.abs(run.truth[t] - m).sum(axis=1)
+            noisy = dev + run.noise.laplace(rows, self.test_scale, None)
+            spread = self.err / np.sqrt(size.astype(np.float64))
+            theta = run.U * spread + 2 * math.sqrt(run.U) * spread + self.test_term
+            self.joined[rows] = noisy <= theta
+        fresh_rows = np.flatnonzero(ok_new | test)
+        return fresh_rows, np.full(fresh_rows.size, self.e_p, dtype=np.int64)
+
+    def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
+        joined = self.joined[rows]
+        size = np.where(joined, self.size[rows] + 1, 1)
+        total = np.where(joined[:, None], self.total[rows] + noisy, noisy)
+        self.size[rows] = size
+        self.total[rows] = total
+        mean = (2 * total + size[:, None]) // (2 * size[:, None])
+        return np.where((size == 1)[:, None], noisy, mean)
+
+
+class _Fast(_Kernel):
+    """FAST_w (:class:`controller.policies.wevent.FastPolicy`): scheduled samples, Kalman filter, PID."""
+
+    published_float = True
+
+    @staticmethod
+    def amounts(policy: Any) -> list[Fraction]:
+        return [policy.per_sample]
+
+    def __init__(self, policy: FastPolicy, run: _Run) -> None:
+        super().__init__(policy, run)
+        R = run.R
+        self.e = run.units(policy.per_sample)
+        self.variance = np.zeros(R)
+        self.last_sample = np.full(R, -1, dtype=np.int64)
+        self.interval = np.full(R, policy.base_interval, dtype=np.int64)
+        self.next_sample = np.zeros(R, dtype=np.int64)
+        self.errors: list[list[float]] = [[] for _ in range(R)]
+        b = float(Fraction(policy.sensitivity) / policy.per_sample)
+        self.r = 2.0 * b * b
+
+    def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        ok = (t >= self.next_sample) & self.run.ledger.can(t, self.e)
+        rows = np.flatnonzero(ok)
+        return rows, np.full(rows.size, self.e, dtype=np.int64)
+
+    def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
+        p, run, r = self.p, self.run, self.r
+        z = noisy.astype(np.float64)
+        first = ~run.has_last[rows]
+        prior = run.last[rows].astype(np.float64)
+        pv = self.variance[rows] + p.process_ratio * r * (t - self.last_sample[rows])
+        gain = pv / (pv + r)
+        posterior = np.where(first[:, None], z, prior + gain[:, None] * (z - prior))
+        variance = np.where(first, r, (1 - gain) * pv)
+        floor = run.U * math.sqrt(r / 2.0)
+        change = np.maximum(0.0, np.abs(z - prior).sum(axis=1) - floor)
+        error = np.where(first, 0.0, change / np.maximum(np.abs(posterior).sum(axis=1), 1.0))
+        for i, row in enumerate(rows.tolist()):  # the controller: scalar Python floats, as the policy
+            errs = (*self.errors[row], float(error[i]))[-p.pid_window:]
+            self.errors[row] = list(errs)
+            last = int(self.last_sample[row])
+            derivative = 0.0 if len(errs) < 2 or last < 0 else (errs[-1] - errs[-2]) / (t - last)
+            control = p.cp * errs[-1] + p.ci * sum(errs) / len(errs) + p.cd * derivative
+            step = p.theta * (1.0 - math.exp(min((control - p.xi) / p.xi, FAST_MAX_EXPONENT)))
+            interval = max(1, int(int(self.interval[row]) + step))
+            self.interval[row] = interval
+            self.next_sample[row] = t + interval
+        self.variance[rows] = variance
+        self.last_sample[rows] = t
+        return posterior
+
+
+_KERNELS: dict[type, type[_Kernel]] = {
+    UniformPolicy: _Schedule,
+    FixedPolicy: _Schedule,
+    SamplePolicy: _Schedule,
+    WEventSamplingPolicy: _Sampling,
+    BudgetDistribution: _Kellaris,
+    BudgetAbsorption: _Kellaris,
+    PegasusPolicy: _Pegasus,
+    FastPolicy: _Fast,
+}
+
+
+def run_vectorised(
+    settings: Any,
+    workload: Workload,
+    runs: int,
+    noise: LabNoise,
+    *,
+    keep_published: bool = False,
+    tick: Callable[[int], None] | None = None,
+) -> VectorResult:
+    """``runs`` runs of ``settings``' method on ``workload``, all at once (evaluation only)."""
+    if not vector_eligible(settings):
+        raise ValueError(f"no vectorised lab path for {settings.release.decision} under these settings")
+    engine = settings.engine()
+    policy, mech = engine.policy, engine.mechanism
+    kernel_type = _KERNELS[type(policy)]
+    unit_eps = policy.unit.epsilon
+    unit = _unit([unit_eps, *kernel_type.amounts(policy)])
+    T, U = workload.timesteps, workload.bins
+    cap = int(unit_eps / unit)
+    if cap * (T + 2) >= 2**62:
+        raise ValueError("ε amounts too fine for the vectorised ledger")
+    post = settings.release.postprocess
+    if kernel_type is _Schedule and isinstance(noise, PooledNoise) and not keep_published:
+        return _run_schedule(policy, mech, workload, runs, noise, unit, cap, post, tick)
+    ledger = _Ledger(runs, T, policy.unit.w, cap)
+    run = _Run(runs, T, U, workload.truth, noise, ledger, unit, mech)
+    kernel = kernel_type(policy, run)
+    acc = _Metrics(workload, runs)
+    sources = np.full((runs, T), -1, dtype=np.int64)
+    src = np.full(runs, -1, dtype=np.int64)
+    fresh_eps = np.zeros((runs, T), dtype=np.int64)
+    published = np.zeros((runs, U), dtype=np.float64)
+    kept = np.zeros((runs, T, U)) if keep_published else None
+    if kernel.published_float:
+        run.last = run.last.astype(np.float64)
+    scale_num = mech.sensitivity * unit.denominator
+    scale_den = unit.numerator
+    for t in range(T):
+        noise.begin(t)
+        rows, eps = kernel.decide(t)
+        if rows.size:
+            ledger.spend(t, rows, eps)
+            # LPA's scale Δ/ε with ε = e·unit: (Δ·unit.den) / (e·unit.num), reduced by the sampler
+            noisy = workload.truth[t] + noise.laplace_each(rows, np.full(rows.size, scale_num), eps * scale_den, U)
+            out = kernel.after(t, rows, noisy, eps)
+            run.last[rows] = out
+            run.has_last[rows] = True
+            published[rows] = postprocess(post, out)
+            src[rows] = t
+            fresh_eps[rows, t] = eps
+        ledger.end_step(t)
+        sources[:, t] = src
+        acc.add(t, published)
+        if kept is not None:
+            kept[:, t] = published
+        if tick is not None and (t + 1) % 25 == 0:
+            tick(25 * runs)
+    if tick is not None and T % 25:
+        tick((T % 25) * runs)
+    acc.flush()
+    metrics = []
+    spent = ledger.E.sum(axis=1)
+    fresh_count = (fresh_eps > 0).sum(axis=1)
+    for r in range(runs):
+        m = acc.metrics(r)
+        m["fresh_releases"] = float(fresh_count[r])
+        m["epsilon_spent"] = float(Fraction(int(spent[r])) * unit)
+        m["max_window_spend"] = float(Fraction(int(ledger.max[r])) * unit)
+        metrics.append(m)
+    return VectorResult(metrics, sources, fresh_eps, unit, kept)
+
+
+def _run_schedule(policy: Any, mech: Any, workload: Workload, runs: int, noise: PooledNoise, unit: Fraction,
+                  cap: int, post: str, tick: Callable[[int], None] | None) -> VectorResult:
+    """Uniform, fixed and Sample with block draws: their decisions read neither data nor noise, so one
+    ledger row decides for every run (the same checks as the kernel), and every run's release noise
+    of each ε is drawn in one pass."""
+    T, U = workload.timesteps, workload.bins
+    one = _Ledger(1, T, policy.unit.w, cap)
+    kernel = _Schedule(policy, _Run(1, T, U, workload.truth, noise, one, unit, mech))
+    fresh_t: list[int] = []
+    fresh_e: list[int] = []
+    for t in range(T):
+        rows, eps = kernel.decide(t)
+        if rows.size:
+            one.spend(t, rows, eps)
+            fresh_t.append(t)
+            fresh_e.append(int(eps[0]))
+        one.end_step(t)
+    ts = np.asarray(fresh_t, dtype=np.int64)
+    es = np.asarray(fresh_e, dtype=np.int64)
+    table = np.zeros((runs, ts.size + 1, U))  # the last row: the all-zero placeholder (index -1)
+    for e in np.unique(es).tolist():
+        idx = np.flatnonzero(es == e)
+        scale = mech.scale(Fraction(e) * unit)
+        z = noise.laplace(np.arange(runs * idx.size), scale, U).reshape(runs, idx.size, U)
+        table[:, idx] = postprocess(post, workload.truth[ts[idx]][None] + z)
+    src_index = np.searchsorted(ts, np.arange(T), side="right") - 1  # the last fresh row at or before t
+    acc = _Metrics(workload, runs)
+    for lo in range(0, T, acc.block):
+        hi = min(T, lo + acc.block)
+        acc.buf[:, :hi - lo] = table[:, src_index[lo:hi]]
+        acc.filled = hi - lo
+        acc.flush()
+    if tick is not None:
+        tick(T * runs)
+    sources = np.where(src_index < 0, -1, ts[np.maximum(src_index, 0)]) if ts.size else np.full(T, -1)
+    fresh_units = np.zeros((runs, T), dtype=np.int64)
+    fresh_units[:, ts] = es
+    spent = float(Fraction(int(one.E.sum())) * unit)
+    window = float(Fraction(int(one.max[0])) * unit)
+    metrics = []
+    for r in range(runs):
+        m = acc.metrics(r)
+        m.update(fresh_releases=float(ts.size), epsilon_spent=spent, max_window_spend=window)
+        metrics.append(m)
+    return VectorResult(metrics, np.tile(sources, (runs, 1)), fresh_units, unit)
