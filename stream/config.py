@@ -1183,8 +1183,11 @@ class PersonalDeclaration:
     table_levels: tuple[int, ...]
     attribute: str | None
 
-    def engine(self, settings: Settings) -> PersonalEngine:
-        """One engine per part, each with the stream's method at the part's ε; ledgers per level."""
+    def engine(self, settings: Settings, randomness: Randomness | None = None) -> PersonalEngine:
+        """One engine per part, each with the stream's method at the part's ε; ledgers per level.
+
+        ``randomness`` keys the Sampling coins (default ``settings.noise_source()``, as the service);
+        the lab passes ``Randomness.seeded(seed + r)`` so that run ``r`` is ``replay --seed seed+r``."""
         from dataclasses import replace as _replace
 
         spec = settings.method_spec()
@@ -1197,7 +1200,7 @@ class PersonalDeclaration:
                          else WEvent(part.epsilon, unit.w, unit.cutoff))
             engines.append(build_engine(_replace(spec, unit=part_unit), mechanism, bins))
         return PersonalEngine(self.plan, engines, spec.unit, self.tier_level, self.default_level,
-                              settings.noise_source(), settings.stream.id)
+                              settings.noise_source() if randomness is None else randomness, settings.stream.id)
 
 
 _TABLES: dict[tuple[str, int, int, tuple[str, ...]], tuple[tuple[str, ...], tuple[str, ...]]] = {}

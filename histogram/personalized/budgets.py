@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -158,6 +159,11 @@ class PersonalBudgets:
             raise BudgetError("the consent attribute needs a name")
         object.__setattr__(self, "tiers", MappingProxyType(tiers))
         object.__setattr__(self, "consent", MappingProxyType(consent))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle as the declaration itself (read-only mapping views do not pickle): the lab's
+        worker processes receive the settings of a personalized stream this way."""
+        return (type(self), (self.default, dict(self.tiers), dict(self.consent), self.attribute))
 
     def check_public(self, counted_attributes: Iterable[str]) -> None:
         """Refuse a consent attribute that is also one of the counted (sensitive) attributes.

@@ -101,6 +101,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--synthetic", type=_int_at_least(1), default=100_000,
                    help="--mechanisms: synthetic records per copula/marginals release, for boxes wider than their "
                         "closed forms (default 100,000)")
+    p.add_argument("--personal", default=None, metavar="MECHANISMS",
+                   help="privacy.personal streams: evaluate every method under each of these PDP mechanisms "
+                        "(minimum, threshold, sampling, privacy_aware, utility_based, or all), as rows "
+                        "method@mechanism; threshold and sampling without privacy.personal.threshold use the "
+                        "declared head-count-weighted mean budget. Default: the configuration's own mechanism")
     p.add_argument("--jobs", type=_int_at_least(0), default=0,
                    help="methods evaluated in parallel processes (default 0: one per core; 1: none); "
                         "the results do not depend on it")
@@ -169,6 +174,16 @@ def run(args: argparse.Namespace) -> int:
             methods += ["auto"] if "auto" in asked else []  # where the planner's pick ranks, when asked
         else:
             methods = parse_methods(args.methods or DEFAULT_METHODS)
+        personal_mechanisms = None
+        if args.personal is not None:
+            from stream.lab.personal import parse_personal
+
+            personal_mechanisms = parse_personal(args.personal)
+            if settings.privacy.personal is None:
+                raise EvaluationError("--personal compares PDP mechanisms: the configuration has no privacy.personal")
+        if args.recommend and settings.privacy.personal is not None:
+            raise EvaluationError("--recommend does not rank personalized streams (privacy.personal) yet: compare "
+                                  "methods and PDP mechanisms with --methods and --personal all")
         true_versions = parse_methods(args.true_versions) if args.true_versions.strip() else []
         missing = [m for m in true_versions if m not in methods]
         if missing:
@@ -215,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
             progress=progress,
             jobs=args.jobs or None,
             replayable=args.replayable,
+            personal=truth.personal,
+            personal_mechanisms=personal_mechanisms,
         )
     except (EvaluationError, ConfigError) as exc:
         _err(str(exc))

@@ -85,7 +85,9 @@ def threshold_below_noise_floor(settings: Any, *, max_steps: int = 8) -> Thresho
 
     engine = settings.engine()
     state = engine.initial_state()
-    zeros = np.zeros(bins, dtype=np.int64)
+    # a personalized stream's engine steps on one block of bins per budget level (every part's
+    # release ε is then the largest part's: the lowest floor, so a threshold below it is below all)
+    zeros = np.zeros(getattr(engine, "input_bins", bins), dtype=np.int64)
     noise = Randomness.seeded(0)  # never published: only the ε of a fresh release is read
     epsilon = None
     for t in range(max_steps):

@@ -177,10 +177,15 @@ class InputReport:
 
 @dataclass(frozen=True)
 class Truth:
-    """True per-timestep histograms and the report of how they were read."""
+    """True per-timestep histograms and the report of how they were read.
+
+    ``personal`` (``privacy.personal`` only): the counted events per timestep routed to their
+    budget level (:class:`stream.lab.personal.PersonalRows`), which the runs route by their own
+    Sampling coins; ``counts`` is then everyone's histogram."""
 
     counts: np.ndarray
     report: InputReport
+    personal: Any = None
 
 
 def split_method(name: str) -> tuple[str, str | None]:
@@ -246,6 +251,10 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
         if base == "auto":  # the planner's choice from the configuration alone (stream.lab.planner)
             from stream.lab.planner import PlannerError, auto_method
 
+            if settings.privacy.personal is not None:
+                raise EvaluationError("method auto does not plan personalized streams (privacy.personal) yet: "
+                                      "name the methods to compare")
+
             try:
                 name, planned = auto_method(settings)
             except PlannerError as exc:
@@ -289,10 +298,16 @@ def run_method(
     *,
     tick: Callable[[int], None] | None = None,
     tick_every: int = 25,
+    engine: Any = None,
+    inputs: Callable[[int, Any], np.ndarray] | None = None,
 ) -> RunTrace:
     """Step ``settings.engine()`` over every timestep once; errors against the truth of what the
-    service publishes (``release.postprocess`` applied, smoothers included)."""
-    engine = settings.engine()
+    service publishes (``release.postprocess`` applied, smoothers included).
+
+    ``engine`` (default ``settings.engine()``) and ``inputs(t, state)`` (default ``workload.truth[t]``):
+    what is stepped on what, for engines whose input is not the histogram itself (a personalized
+    stream's counts per budget level, :mod:`stream.lab.personal`)."""
+    engine = settings.engine() if engine is None else engine
     stream_id = settings.stream.id
     state = engine.initial_state()
     acc = ErrorAccumulator(workload)
@@ -304,7 +319,8 @@ def run_method(
     release = None
     pending = 0
     for t in range(workload.timesteps):
-        release, state = engine.step(state, workload.truth[t], randomness.drawer(stream_id, t, "release"))
+        counts = workload.truth[t] if inputs is None else inputs(t, state)
+        release, state = engine.step(state, counts, randomness.drawer(stream_id, t, "release"))
         src = release.source_timestep
         sources.append(src)
         if release.kind == "fresh":
@@ -534,11 +550,16 @@ def _evaluate_method(
     confidence: float,
     tick: Callable[[int], None] | None,
     replayable: bool = False,
+    personal: Any = None,
 ) -> dict[str, Any]:
     """``{name: summary}`` (and ``{name-true: …}`` when asked) for one method."""
     from stream.lab.vectorised import PooledNoise, run_vectorised, vector_eligible
 
-    if replayable:
+    if s.privacy.personal is not None:  # the engine for every run: run r is replay --seed seed+r
+        from stream.lab.personal import run_personal
+
+        traces = [run_personal(s, personal, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
+    elif replayable:
         traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
     elif vector_eligible(s):
         # keyed by the base method: "m" and "m+nonnegative" draw the same noise and make the same
@@ -568,6 +589,7 @@ def evaluate_settings(
     desc: str = "evaluate",
     jobs: int | None = 1,
     replayable: bool = False,
+    personal: Any = None,
 ) -> dict[str, Any]:
     """Evaluate already-validated per-method settings on one workload (the JSON result).
 
@@ -595,7 +617,8 @@ def evaluate_settings(
         try:
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
                 futures = {pool.submit(_evaluate_method, name, s, workload, runs, seed, name in true_set,
-                                       confidence, None, replayable): name for name, s in per_method.items()}
+                                       confidence, None, replayable, personal): name
+                           for name, s in per_method.items()}
                 for fut in as_completed(futures):
                     done[futures[fut]] = fut.result()
                     if bar is not None:
@@ -613,7 +636,7 @@ def evaluate_settings(
                 if bar is not None:
                     bar.set_description(f"{desc} {name}")
                 methods.update(_evaluate_method(name, s, workload, runs, seed, name in true_set, confidence, tick,
-                                                replayable))
+                                                replayable, personal))
         finally:
             if bar is not None:
                 bar.close()
@@ -643,10 +666,16 @@ def evaluate(
     progress: bool | None = None,
     jobs: int | None = 1,
     replayable: bool = False,
+    personal: Any = None,
+    personal_mechanisms: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Evaluate ``methods`` on the true histograms ``truth`` (``(T, U)`` ints) under ``settings``."""
+    """Evaluate ``methods`` on the true histograms ``truth`` (``(T, U)`` ints) under ``settings``.
+
+    A personalized stream (``privacy.personal``) needs ``personal``, the routed rows of
+    :attr:`Truth.personal`; ``personal_mechanisms`` (PDP mechanisms) then evaluates every method
+    under each of them, as rows ``method@mechanism`` (:mod:`stream.lab.personal`)."""
     names = parse_methods(methods)
-    per_method = check_methods(settings, names)
+    per_method = _personal_methods(settings, names, personal, personal_mechanisms)
     truth = np.asarray(truth)
     bins = settings.domain().size
     if truth.ndim != 2 or truth.shape[1] != bins:
@@ -663,6 +692,7 @@ def evaluate(
     unknown = set(true_versions) - set(names)
     if unknown:
         raise EvaluationError(f"--true lists {', '.join(sorted(unknown))}, which --methods does not")
+    true_versions = [row for row in per_method if row.partition("@")[0] in set(true_versions)]
     result = evaluate_settings(
         per_method,
         workload,
@@ -673,12 +703,34 @@ def evaluate(
         progress=progress,
         jobs=jobs,
         replayable=replayable,
+        personal=personal,
     )
     if "auto" in names:  # why auto chose what it ran (public information only)
         from stream.lab.planner import plan
 
         result["plan"] = plan(settings).to_json()
     return result
+
+
+def _personal_methods(settings: Settings, names: Sequence[str], personal: Any,
+                      mechanisms: Sequence[str] | None) -> dict[str, Settings]:
+    """:func:`check_methods`, and for a personalized stream one row per method and PDP mechanism."""
+    if settings.privacy.personal is None:
+        if mechanisms:
+            raise EvaluationError("--personal compares PDP mechanisms: the configuration has no privacy.personal")
+        return check_methods(settings, names)
+    from stream.lab.personal import personal_names, with_pdp_mechanism
+
+    if personal is None:
+        raise EvaluationError("a personalized stream (privacy.personal) is evaluated from its events file: its "
+                              "engine counts each budget tier apart, which a counts file cannot tell")
+    variants: dict[str | None, Settings] = {}
+    out: dict[str, Settings] = {}
+    for row, method, mechanism in personal_names(names, mechanisms):
+        if mechanism not in variants:
+            variants[mechanism] = settings if mechanism is None else with_pdp_mechanism(settings, mechanism)
+        out[row] = check_methods(variants[mechanism], [method])[method]
+    return out
 
 
 # -- reading the input ----------------------------------------------------------------
@@ -730,6 +782,9 @@ def load_truth(
     if kind == "auto":
         kind = sniff_kind(p, settings)
     if kind == "counts":
+        if settings.privacy.personal is not None:
+            raise InputError(f"{p} is a counts file, which has no budget tiers: a personalized stream "
+                             "(privacy.personal) is evaluated from its events file")
         return _load_counts(settings, p)
     if kind != "events":
         raise EvaluationError(f"--input-kind must be auto, events or counts, got {kind!r}")
@@ -739,23 +794,36 @@ def load_truth(
 def _load_events(settings: Settings, path: Path, *, strict: bool, progress: bool | None) -> Truth:
     from stream.ingest.csvio import CsvError, EventCsvReader
     from stream.ingest.events import Rejections
+    from stream.lab.personal import PersonalRows, reading_settings
     from stream.pipeline import ReleasePipeline
 
-    bins = settings.domain().size
     # The service's pipeline validates and windows (pipe.offer, as replay does); the sealed
     # timesteps are counted with its windower's own contribution bounding instead of being
-    # stepped: the evaluation steps each method itself, R times.
-    pipe = ReleasePipeline(settings, noise=Randomness.seeded(0))
+    # stepped: the evaluation steps each method itself, R times. A personalized stream is read
+    # under its declaration's Minimum plan (each event routed to its budget level, no coins) and
+    # its counted events are kept: each run routes them by its own coins (stream.lab.personal).
+    personal = settings.privacy.personal is not None
+    pipe = ReleasePipeline(reading_settings(settings) if personal else settings, noise=Randomness.seeded(0))
+    bins = pipe.input_bins
+    bound = settings.privacy.contribution_bound
     window = pipe.window
     report = InputReport("events", str(path))
     hists: list[np.ndarray] = []
+    kept_flat: list[np.ndarray] = []
+    kept_persons: list[Any] = []
 
     frontier = -math.inf  # record-time progress (schema.arrival_time), as replay
 
     def seal(final: bool) -> None:
         for cell in window.complete(frontier, final=final):
             data = window.take(cell)
-            counts = data.counts(bins, settings.privacy.contribution_bound)
+            if personal:
+                kept = data.bounded(bound)
+                kept_flat.append(np.asarray(kept.flat, dtype=np.int64))
+                kept_persons.append(kept.user_id)
+                counts = np.bincount(kept.flat, minlength=bins) if len(kept) else np.zeros(bins, dtype=np.int64)
+            else:
+                counts = data.counts(bins, bound)
             report.bounded_out += len(data) - int(counts.sum())
             hists.append(counts)
             window.advance()
@@ -796,6 +864,10 @@ def _load_events(settings: Settings, path: Path, *, strict: bool, progress: bool
     report.accepted = pipe.stats.events_accepted
     if not hists:
         raise InputError(f"{path}: no valid events, so no timesteps to evaluate ({report.summary()})")
+    if personal:
+        domain = settings.domain().size
+        rows = PersonalRows(tuple(kept_flat), tuple(kept_persons), domain, bins // domain - 1)
+        return Truth(rows.totals(), report, rows)
     return Truth(np.vstack(hists), report)
 
 
