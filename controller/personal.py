@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -55,11 +56,14 @@ from controller.errors import StateError
 from controller.step import Engine, EngineState, LastRelease, Release
 from controller.units import UserLevel, WEvent
 from histogram.noise import GeneratorDrawer, NoiseDrawer, Randomness
-from histogram.personalized import PersonalizedMechanism, sample_inclusion
+from histogram.personalized import PersonalizedMechanism
+from histogram.personalized.sampling import InclusionSampler
 
 __all__ = ["PersonalEngine", "PersonalState", "PersonalRelease", "PERSONAL_STATE_VERSION", "PERSONAL_MESSAGE_VERSION"]
 
 PERSONAL_STATE_VERSION = 1
+#: Sampling coins kept in memory (about 100 bytes each): past it the oldest are dropped and recomputed
+COIN_CACHE_MAX = 1 << 18
 #: version of the ``personal`` block of a release message (``stream/schemas/release.schema.json``)
 PERSONAL_MESSAGE_VERSION = 1
 
@@ -151,6 +155,12 @@ class PersonalEngine:
             k = int(self._part_of[lvl])
             self._ratio.append(Fraction(0) if k < 0 else self.charge[lvl] / plan.parts[k].epsilon)
         self._sampled = [k for k, p in enumerate(plan.parts) if p.sample_below is not None]
+        self._sampler = (InclusionSampler.build(plan.levels.epsilons, plan.parts[self._sampled[0]].sample_below)
+                         if self._sampled else None)
+        #: (coin key, person, level) → kept: each person's coin is drawn once, not at every batch.
+        #: Secret (derived from the coin key), in memory only; bounded (oldest first out, and a
+        #: coin evicted is recomputed identically).
+        self._coins: OrderedDict[tuple[int, str, int], bool] = OrderedDict()
 
     @property
     def method(self) -> str:
@@ -175,24 +185,29 @@ class PersonalEngine:
         every timestep and after a restart, and no coin depends on anyone else's events.
         """
         out = np.asarray(levels, dtype=np.int64).copy()
-        if not self._sampled or out.size == 0:
+        if self._sampler is None or out.size == 0:
             return out
-        part = self.plan.parts[self._sampled[0]]
-        t = part.sample_below
-        below_level = np.array([e < t for e in self.plan.levels.epsilons], dtype=bool)
-        below = np.flatnonzero(below_level[out])
+        sampler = self._sampler
+        below = np.flatnonzero(sampler.numer[out] < sampler.big_t)
+        if not below.size:
+            return out
         key = state.coin_key.to_bytes(16, "little")
         if hasattr(persons, "to_pylist"):  # an Arrow string array of person keys
-            persons = persons.to_pylist()
-        cache: dict[str, bool] = {}
-        for i in below.tolist():
-            person = persons[i]
-            kept = cache.get(person)
+            persons = persons.take(below).to_pylist()
+        else:
+            persons = [persons[i] for i in below.tolist()]
+        coins = self._coins
+        for i, person in zip(below.tolist(), persons, strict=True):
+            level = int(out[i])
+            ck = (state.coin_key, person, level)
+            kept = coins.get(ck)
             if kept is None:
                 digest = hmac.new(key, b"dpstream-pdp-coin-v1\x00" + person.encode(), hashlib.sha256).digest()
                 drawer = GeneratorDrawer(int.from_bytes(digest[:16], "little"))
-                kept = bool(sample_inclusion(np.array([out[i]]), self.plan.levels.epsilons, t, drawer)[0])
-                cache[person] = kept
+                kept = bool(sampler.draw(np.array([level]), drawer)[0])
+                coins[ck] = kept
+                while len(coins) > COIN_CACHE_MAX:
+                    coins.popitem(last=False)
             if not kept:
                 out[i] = self.levels
         return out

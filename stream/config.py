@@ -274,6 +274,12 @@ class PersonalSection(_Section):
     persons: dict[str, int] = Field(default_factory=dict)
     threshold: Exact | None = None
     min_size: int = Field(default=1, ge=1)
+    #: how a partition's parts combine into the published estimate (docs/privacy.md §12.5): ``sum``
+    #: (weights ∝ expected members: the plain sum of the parts, unbiased whatever the link between
+    #: budgets and data) or ``utility`` (inverse-variance weights of thesis §5.2.4: each part stands in
+    #: for everyone, accurate when budgets are unrelated to the counted attributes). Default: ``sum``
+    #: for privacy_aware, ``utility`` for utility_based (whose partition is chosen by that utility).
+    weights: Literal["sum", "utility"] | None = None
 
     @field_validator("tiers", mode="before")
     @classmethod
@@ -310,6 +316,9 @@ class PersonalSection(_Section):
         if not needs_t and self.threshold is not None:
             raise ValueError(f"privacy.personal.threshold is only used by threshold and sampling, not "
                              f"{self.mechanism}: remove it")
+        if self.weights is not None and self.mechanism not in ("privacy_aware", "utility_based"):
+            raise ValueError(f"privacy.personal.weights combines the parts of a partition; {self.mechanism} has one "
+                             "part: remove it")
         return self
 
 
@@ -1266,10 +1275,12 @@ def _personal_declaration(settings: Settings) -> PersonalDeclaration:
     from histogram.personalized import (
         CountUtility,
         minimum,
+        partitioned,
         privacy_aware,
         sampling,
         threshold,
         utility_based,
+        utility_based_partition,
     )
 
     p = settings.privacy
@@ -1330,9 +1341,11 @@ def _personal_declaration(settings: Settings) -> PersonalDeclaration:
         elif cfg.mechanism == "sampling":
             plan = sampling(levels, cfg.threshold)
         elif cfg.mechanism == "privacy_aware":
-            plan = privacy_aware(levels, cfg.min_size)
+            plan = privacy_aware(levels, cfg.min_size, CountUtility() if cfg.weights == "utility" else None)
         else:
             plan = utility_based(levels, CountUtility(), cfg.min_size)
+            if cfg.weights == "sum":
+                plan = partitioned(plan.name, utility_based_partition(levels, CountUtility(), cfg.min_size))
     except MechanismError as exc:
         raise ConfigurationError(f"privacy.personal.mechanism {cfg.mechanism}: {exc} (declare head counts in "
                                  "privacy.personal.persons, or use a consent table)") from None

@@ -19,7 +19,7 @@ from histogram.personalized.mechanisms import (
     threshold,
     utility_based,
 )
-from histogram.personalized.partition import BudgetPartition, CountUtility
+from histogram.personalized.partition import BudgetPartition, CountUtility, utility_based_partition
 from histogram.personalized.sampling import inclusion_probability, sample_inclusion
 
 __all__ = [
@@ -40,4 +40,5 @@ __all__ = [
     "sampling",
     "threshold",
     "utility_based",
+    "utility_based_partition",
 ]

@@ -22,6 +22,7 @@ rounds are internal and never published.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -29,7 +30,7 @@ import numpy as np
 from histogram.errors import MechanismError
 from histogram.noise import NoiseDrawer
 
-__all__ = ["inclusion_probability", "sample_inclusion", "MAX_DENOMINATOR"]
+__all__ = ["inclusion_probability", "sample_inclusion", "InclusionSampler", "MAX_DENOMINATOR"]
 
 # bernoulli_exp takes denominators below 2**40; T = t·D must stay far below 2**62 for int64.
 MAX_DENOMINATOR = 2**40
@@ -65,31 +66,62 @@ def sample_inclusion(
             below it is 2⁴⁰ or more (round the public budgets to a coarser
             grid, e.g. 1/10000, downwards so no one gets more than they chose).
     """
-    t = Fraction(t)
-    if t <= 0:
-        raise MechanismError(f"sampling threshold must be > 0, got {t}")
-    idx = np.asarray(budgets, dtype=np.int64).reshape(-1)
-    below = [Fraction(e) for e in levels if Fraction(e) < t]
-    kept = np.ones(idx.size, dtype=bool)
-    if not below or idx.size == 0:
-        return kept
-    d = _common_denominator([*below, t])
-    if d >= MAX_DENOMINATOR:
-        raise MechanismError(
-            f"budgets below the threshold and the threshold {t} need a common denominator {d} >= 2**40 to be "
-            "sampled exactly; round the declared budgets down to a coarser public grid (e.g. 1/10000)"
+    return InclusionSampler.build(levels, t).draw(budgets, noise)
+
+
+@dataclass(frozen=True)
+class InclusionSampler:
+    """:func:`sample_inclusion` with the exact arithmetic on the public levels done once.
+
+    ``draw`` consumes exactly the draws :func:`sample_inclusion` does (it is the same code), so a
+    caller that draws one person at a time (the stream's per-person coins) pays the Fraction
+    work once per stream instead of once per person.
+
+    Attributes:
+        numer: per level, ``A = ε·D`` for levels below ``t``, else ``T`` (always kept).
+        big_t: ``T = t·D``.
+        denominator: ``D``, the common denominator of ``t`` and the budgets below it.
+    """
+
+    numer: np.ndarray
+    big_t: int
+    denominator: int
+
+    @classmethod
+    def build(cls, levels: tuple[Fraction, ...], t: Fraction) -> InclusionSampler:
+        t = Fraction(t)
+        if t <= 0:
+            raise MechanismError(f"sampling threshold must be > 0, got {t}")
+        below = [Fraction(e) for e in levels if Fraction(e) < t]
+        if not below:  # everyone is kept: no coin is ever drawn
+            return cls(np.full(len(levels), 1, dtype=np.int64), 1, 1)
+        d = _common_denominator([*below, t])
+        if d >= MAX_DENOMINATOR:
+            raise MechanismError(
+                f"budgets below the threshold and the threshold {t} need a common denominator {d} >= 2**40 to be "
+                "sampled exactly; round the declared budgets down to a coarser public grid (e.g. 1/10000)"
+            )
+        big_t = int(t * d)
+        # A_i = ε_i·D for levels below t; persons at or above t keep A = T (always kept: J < T).
+        numer = np.array(
+            [int(Fraction(e) * d) if Fraction(e) < t else big_t for e in levels], dtype=np.int64
         )
-    big_t = int(t * d)
-    # A_i = ε_i·D for levels below t; persons at or above t keep A = T (always kept: J < T).
-    numer = np.array(
-        [int(Fraction(e) * d) if Fraction(e) < t else big_t for e in levels], dtype=np.int64
-    )
-    a = numer[idx]
-    pending = np.flatnonzero(a < big_t)
-    while pending.size:
-        j = noise.uniform_int(np.full(pending.size, big_t, dtype=np.int64))
-        accepted = noise.bernoulli_exp(big_t - 1 - j, d)
-        done = pending[accepted]
-        kept[done] = j[accepted] < a[done]
-        pending = pending[~accepted]
-    return kept
+        numer.setflags(write=False)
+        return cls(numer, big_t, d)
+
+    def draw(self, budgets: np.ndarray, noise: NoiseDrawer) -> np.ndarray:
+        """Kept (True) or not, one exact coin per entry of ``budgets`` (level indices)."""
+        idx = np.asarray(budgets, dtype=np.int64).reshape(-1)
+        kept = np.ones(idx.size, dtype=bool)
+        if idx.size == 0:
+            return kept
+        big_t, d = self.big_t, self.denominator
+        a = self.numer[idx]
+        pending = np.flatnonzero(a < big_t)
+        while pending.size:
+            j = noise.uniform_int(np.full(pending.size, big_t, dtype=np.int64))
+            accepted = noise.bernoulli_exp(big_t - 1 - j, d)
+            done = pending[accepted]
+            kept[done] = j[accepted] < a[done]
+            pending = pending[~accepted]
+        return kept

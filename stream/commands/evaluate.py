@@ -155,7 +155,6 @@ def run(args: argparse.Namespace) -> int:
     from stream.config import ConfigError
     from stream.lab.evaluate import (
         EvaluationError,
-        InputError,
         check_methods,
         evaluate,
         load_truth,
@@ -207,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     progress = {"auto": None, "on": True, "off": False}[args.progress]
     try:
         truth = load_truth(settings, args.input, kind=args.input_kind, strict=args.strict, progress=progress)
-    except InputError as exc:
+    except EvaluationError as exc:  # InputError included
         _err(str(exc))
         return EXIT_USAGE
     print(f"dpstream evaluate: {truth.report.summary()}", file=sys.stderr)

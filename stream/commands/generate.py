@@ -93,6 +93,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="add an arrival_time column: event time + a seeded log-normal delivery delay with this "
                         "median (rows in arrival order; config.yaml sets schema.arrival_time and allowed_lateness "
                         "at the 99.9th percentile), so replay/evaluate follow the service's per-event rule")
+    p.add_argument("--budgets", choices=("uniform", "normal", "tiers"), default=None,
+                   help="census/traffic: personalized DP (thesis ch. 5): draw every person's epsilon (uniform on "
+                        "[0.01, 0.1]; normal N(0.1, 1) truncated to [0.01, 1]; tiers 0.01/0.05/0.1 for 20/50/30%%), "
+                        "write DIR/consent.csv and privacy.personal into config.yaml")
+    p.add_argument("--budget-grid", type=_positive_int, default=100,
+                   help="--budgets: floor every epsilon to a multiple of 1/GRID (default 100; 100..10000): "
+                        "fewer distinct budgets keep the engine's per-tier input small")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: only on a terminal)")
     p.set_defaults(func=run, handler=run)
@@ -153,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
             bins=args.bins,
             family=family,
             highdim=highdim,
+            budgets=args.budgets,
+            budget_grid=args.budget_grid,
         )
     except ValueError as exc:
         print(f"dpstream generate: error: {exc}", file=sys.stderr)

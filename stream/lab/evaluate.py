@@ -251,9 +251,6 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
         if base == "auto":  # the planner's choice from the configuration alone (stream.lab.planner)
             from stream.lab.planner import PlannerError, auto_method
 
-            if settings.privacy.personal is not None:
-                raise EvaluationError("method auto does not plan personalized streams (privacy.personal) yet: "
-                                      "name the methods to compare")
 
             try:
                 name, planned = auto_method(settings)

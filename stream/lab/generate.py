@@ -51,7 +51,13 @@ __all__ = [
     "traffic_stream",
     "generate",
     "default_cutoff",
+    "BUDGET_LAWS",
+    "draw_budgets",
 ]
+
+#: ``--budgets``: per-person ε laws of thesis §5.3 (uniform on [0.01, 0.1]; N(0.1, 1) truncated to
+#: [0.01, 1]) and three consent tiers 0.01/0.05/0.1 held by 20/50/30 % of the people.
+BUDGET_LAWS = ("uniform", "normal", "tiers")
 
 Kind = Literal["census", "traffic", "highdim", "exponential", "sine", "lognormal", "trend", "randomwalk", "sudden"]
 DEFAULT_START = datetime(2024, 1, 1, tzinfo=UTC)
@@ -211,6 +217,50 @@ def census_stream(
             ids[out] = np.arange(next_id, next_id + k, dtype=np.int64)
             next_id += k
         yield Chunk(t, ids, codes[:, :dimensions])
+
+
+def draw_budgets(persons: np.ndarray, law: str, seed: int, grid: int = 100) -> tuple[list[str], dict[str, str]]:
+    """Each person's tier under ``law`` (:data:`BUDGET_LAWS`), drawn independently of their records.
+
+    Budgets are floored to a public grid of ``1/grid`` (at least 0.01); a tier is named by its ε
+    (``"0.04"``). Returns ``(tier of each person, tier → ε as an exact decimal string)``. Public
+    workload randomness (its own seeded generator), like the rest of the generator.
+    """
+    if law not in BUDGET_LAWS:
+        raise ValueError(f"--budgets must be one of {', '.join(BUDGET_LAWS)}, got {law!r}")
+    if not 100 <= grid <= 10_000 or grid % 100:
+        raise ValueError(f"--budget-grid must be a multiple of 100 in [100, 10000], got {grid}")
+    rng = np.random.default_rng([seed, 0xB0D6E7])
+    n = int(persons.size)
+    if law == "uniform":
+        x = rng.uniform(0.01, 0.1, n)
+    elif law == "normal":  # N(0.1, 1) truncated to [0.01, 1] by redrawing (thesis §5.3)
+        x = rng.normal(0.1, 1.0, n)
+        bad = (x < 0.01) | (x > 1.0)
+        while bad.any():
+            x[bad] = rng.normal(0.1, 1.0, int(bad.sum()))
+            bad = (x < 0.01) | (x > 1.0)
+    else:
+        x = rng.choice([0.01, 0.05, 0.1], size=n, p=[0.2, 0.5, 0.3])
+    units = np.maximum(np.floor(np.round(x * grid, 6)).astype(np.int64), grid // 100)
+    digits = len(str(grid)) - 1
+
+    def name(u: int) -> str:
+        return f"{u / grid:.{digits}f}"
+
+    names = {int(u): name(int(u)) for u in np.unique(units).tolist()}
+    return [names[int(u)] for u in units.tolist()], {v: v for v in sorted(names.values(), key=float)}
+
+
+def _write_consent(out_dir: Path, persons: np.ndarray, law: str, seed: int, grid: int) -> dict[str, Any]:
+    """``out_dir/consent.csv`` (person id, tier) and the ``privacy.personal`` block that reads it."""
+    tiers_of, tiers = draw_budgets(persons, law, seed, grid)
+    path = (out_dir / "consent.csv").resolve()
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("person_id,tier\n")
+        fh.writelines(f"{p},{t}\n" for p, t in zip(persons.tolist(), tiers_of, strict=True))
+    return {"mechanism": "privacy_aware", "tiers": tiers, "table": str(path),
+            "min_size": max(1, int(persons.size) // 20)}
 
 
 def traffic_stream(
@@ -376,6 +426,8 @@ def generate(
     bins: int = 1,
     family: Any = None,
     highdim: Any = None,
+    budgets: str | None = None,
+    budget_grid: int = 100,
 ) -> GenerateReport:
     """Write ``out/events.csv`` and ``out/config.yaml`` (and ``out/counts.csv`` if ``counts``).
 
@@ -407,6 +459,12 @@ def generate(
     :class:`~stream.lab.highdim.HighDimParams`) writes ``population`` people with 8–12
     correlated, drifting attributes over a domain of at least 10⁶ cells; w-event with ``w``
     (default 10). Its histogram is too large for ``counts.csv``: ``counts`` is refused.
+
+    ``budgets`` (census and traffic; one of :data:`BUDGET_LAWS`) makes a personalized-DP stream
+    (thesis ch. 5): every person who appears gets a budget drawn from the law, independently of
+    their records, written to ``out/consent.csv`` (person id, tier named by its ε), and the
+    config gains ``privacy.personal`` reading that table (privacy-aware partitioning, groups of at
+    least 5 % of the people; ``dpstream evaluate --personal all`` compares all five mechanisms).
 
     Raises:
         ValueError: a parameter is out of range.
@@ -448,6 +506,12 @@ def generate(
         raise ValueError(f"--rate must lie in [0, 2], got {rate}")
     if chunk_rows < 1:
         raise ValueError("chunk_rows must be >= 1")
+    if budgets is not None:
+        if kind not in ("census", "traffic"):
+            raise ValueError(f"--budgets makes per-person budgets for the census and traffic populations, not {kind}")
+        if not events:
+            raise ValueError("--budgets needs the events file (a consent table keys persons by id): drop --counts-only")
+        draw_budgets(np.zeros(0, dtype=np.int64), budgets, seed, budget_grid)  # checks the law and the grid
     if not (events or counts):
         raise ValueError("nothing to write: ask for events, counts or both")
     if kind == "traffic" and grid < 2:
@@ -516,11 +580,14 @@ def generate(
     counts_path = out_dir / "counts.csv" if counts else None
     counts_fh = open(counts_path, "wb") if counts_path else None  # noqa: SIM115
     rows = 0
+    persons = np.zeros(0, dtype=np.int64)  # everyone who appears (--budgets)
     try:
         if counts_fh:
             _write_counts_header(counts_fh, bins)
         for chunk in chunks:
             n = chunk.ids.size
+            if budgets is not None:
+                persons = np.union1d(persons, chunk.ids)
             if counts_fh:
                 flat = np.ravel_multi_index(tuple(chunk.codes.T), shape)
                 hist = np.bincount(flat, minlength=bins)
@@ -555,6 +622,9 @@ def generate(
         if counts_fh:
             counts_fh.close()
     config_path = out_dir / "config.yaml"
+    if budgets is not None:
+        config["privacy"]["personal"] = _write_consent(out_dir, persons, budgets, seed, budget_grid)
+        _validate_config(config)
     if is_family:
         header = _family_comment(kind, timesteps, bins, seed, family)
     elif kind == "highdim":

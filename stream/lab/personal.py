@@ -128,7 +128,8 @@ def default_threshold(settings: Settings) -> Fraction:
 
 def with_pdp_mechanism(settings: Settings, mechanism: str) -> Settings:
     """``settings`` re-validated with ``privacy.personal.mechanism`` = ``mechanism`` (and a threshold
-    for Threshold/Sampling: the configured one, else :func:`default_threshold`)."""
+    for Threshold/Sampling: the configured one, else :func:`default_threshold`; the configured
+    ``weights`` for the partitions)."""
     from stream.lab.evaluate import EvaluationError, settings_with
 
     personal = settings.privacy.personal
@@ -140,6 +141,8 @@ def with_pdp_mechanism(settings: Settings, mechanism: str) -> Settings:
         change["threshold"] = str(t)
     else:
         change["threshold"] = None
+    # privacy.personal.weights combines a partition's parts; the one-part plans take none
+    change["weights"] = personal.weights if mechanism in ("privacy_aware", "utility_based") else None
     try:
         return settings_with(settings, {"privacy": {"personal": change}})
     except ConfigError as exc:

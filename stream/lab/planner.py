@@ -343,6 +343,10 @@ def plan(settings: Any, *, runs: int | None = None) -> Plan:
     Raises:
         PlannerError: no method can run, or the public history cannot be read.
     """
+    if settings.privacy.personal is not None:
+        raise PlannerError("privacy.personal: the planner does not plan personalized streams yet (its candidates "
+                           "are simulated on one budget); name release.decision (dsat, dsft, fixed, …) and compare "
+                           "them with 'dpstream evaluate --methods … --personal all'")
     facts = public_facts(settings)
     if runs is not None:
         facts["runs"] = runs

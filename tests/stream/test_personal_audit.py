@@ -11,7 +11,7 @@ it is released. The released count is then re-drawn vectorised
 (``base + person·coin + DLap(scale)``, 200,000 runs per side, the event chosen
 on a separate sample, Clopper–Pearson at α = 1e-6, :func:`tests.dp_audit.audit`),
 with the person's coin from the sampler the pipeline itself calls
-(``controller.personal.sample_inclusion``, one independent coin per run: each
+(``controller.personal.InclusionSampler``, one independent coin per run: each
 run is a stream with a fresh coin key). The bound must stay ≤ what the
 person's tier ledger says was spent on them (the ``personal`` block of the
 production message), and every variant of :data:`BROKEN` must exceed it.
@@ -36,7 +36,7 @@ import pytest
 import controller.personal as personal_module
 from controller.errors import InsufficientBudgetError
 from histogram.noise import Randomness
-from histogram.personalized.sampling import sample_inclusion
+from histogram.personalized.sampling import InclusionSampler
 from histogram.testing import RecordingDrawer
 from stream.config import load_settings
 from stream.ingest.events import EventBatch
@@ -172,9 +172,8 @@ def personal_audit(mechanism: str, tier: str | None, *, tamper=None, seed: int =
         noise_seed, coin_seed = s.spawn(2)
         noise = GeneratorSource(noise_seed).dlap(scale, runs)
         if sampled:
-            coins = personal_module.sample_inclusion(
-                np.full(runs, row, dtype=np.int64), engine.plan.levels.epsilons, part.sample_below,
-                GeneratorSource(coin_seed)._drawer).astype(np.int64)
+            sampler = personal_module.InclusionSampler.build(engine.plan.levels.epsilons, part.sample_below)
+            coins = sampler.draw(np.full(runs, row, dtype=np.int64), GeneratorSource(coin_seed)._drawer).astype(np.int64)
         else:
             coins = np.ones(runs, dtype=np.int64)
         return {"pair": Outcomes(base_count + noise, base_count + coins + noise, lambda v: {"released": v})}
@@ -199,12 +198,14 @@ def _route_basic_as_default(pipe: ReleasePipeline) -> None:
     pipe.personal = replace(decl, tier_level=levels)
 
 
-def _ratio_coins(budgets, levels, t, noise):
+class _RatioSampler(InclusionSampler):
     """Sampling with probability e^{ε_i}/e^t instead of (e^{ε_i} − 1)/(e^t − 1) (a common slip)."""
-    b = np.asarray(budgets, dtype=np.int64)
-    eps = np.array([float(levels[i]) for i in b])
-    p = np.where(eps < float(t), np.exp(eps - float(t)), 1.0)
-    return noise._gen.random(b.size) < p  # noqa: SLF001 - a deliberately broken sampler
+
+    def draw(self, budgets, noise):
+        b = np.asarray(budgets, dtype=np.int64)
+        a = self.numer[b]
+        p = np.where(a < self.big_t, np.exp((a - self.big_t) / self.denominator), 1.0)
+        return noise._gen.random(b.size) < p  # noqa: SLF001 - a deliberately broken sampler
 
 
 @contextlib.contextmanager
@@ -237,7 +238,7 @@ BROKEN = {
         ("utility_based", "basic", _route_basic_as_research, no_variant, "audit"),
     "threshold keeps the tier below ε_t": ("threshold", "basic", _route_basic_as_default, no_variant, "audit"),
     "sampling coin e^ε/e^t":
-        ("sampling", "basic", None, lambda: _patched("sample_inclusion", _ratio_coins), "audit"),
+        ("sampling", "basic", None, lambda: _patched("InclusionSampler", _RatioSampler), "audit"),
     "minimum part released at another tier's ε":
         ("minimum", "basic", _part_at_the_default_budget, no_variant, "ledger"),
 }
@@ -272,4 +273,4 @@ def test_broken_personal_variant_is_caught(name):
 
 def test_the_twin_coin_is_the_pipeline_sampler():
     """The audit draws the coins with the very function the pipeline calls."""
-    assert personal_module.sample_inclusion is sample_inclusion
+    assert personal_module.InclusionSampler is InclusionSampler

@@ -158,3 +158,23 @@ def test_check_config_summary_names_the_tiers():
     from stream.commands.check_config import summary
 
     assert "personal minimum (basic=1/2, research=2, default=1)" in summary(settings())
+
+
+def test_weights_choose_how_a_partition_combines():
+    """privacy.personal.weights: sum (∝ expected members) or utility (inverse variance, thesis §5.2.4)."""
+    persons = {"basic": 400, "research": 100, "default": 0}
+
+    def weights(**personal):
+        return settings(persons=persons, **personal).personal_declaration().plan.weights
+
+    by_count = (0.8, 0.2)  # the plain sum: ∝ head counts
+    assert weights(mechanism="privacy_aware") == pytest.approx(by_count)  # the default: unchanged
+    assert weights(mechanism="privacy_aware", weights="sum") == pytest.approx(by_count)
+    # utility: ∝ n²ε²/(2 + nε² … ) — the research part (ε 2) far outweighs its head count
+    utility = weights(mechanism="privacy_aware", weights="utility")
+    assert utility[1] > 0.5 > by_count[1]
+    assert weights(mechanism="utility_based") == pytest.approx(utility)
+    assert weights(mechanism="utility_based", weights="sum") == pytest.approx(by_count)
+    with pytest.raises(ConfigError, match="combines the parts of a partition") as exc:
+        settings(mechanism="minimum", weights="utility")
+    one_line(exc)

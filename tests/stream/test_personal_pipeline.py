@@ -141,6 +141,31 @@ def test_sampling_coin_is_once_per_person_and_the_exact_sampler(tmp_path):
     assert (research == pipe.personal.tier_level["research"]).all()  # at or above t: always kept
 
 
+def test_coins_are_cached_bounded_and_recomputed_identically(tmp_path, monkeypatch):
+    """Each person's coin is drawn once (not at every batch); the cache is bounded, and a coin
+    that fell out of it comes back the same."""
+    import controller.personal as personal_module
+
+    s = make(tmp_path, mechanism="sampling", threshold="2", unit="user-level", decision="uniform")
+    pipe = ReleasePipeline(s)
+    eng, state = pipe.engine, pipe.engine_state
+    level = pipe.personal.tier_level["basic"]
+    persons = [f"person-{i}" for i in range(200)]
+    first = eng.slots(state, np.full(200, level), persons)
+    assert len(eng._coins) == 200  # noqa: SLF001
+    draws = []
+    monkeypatch.setattr(personal_module, "GeneratorDrawer",
+                        lambda seed: draws.append(seed) or GeneratorDrawer(seed))
+    assert eng.slots(state, np.full(200, level), persons).tolist() == first.tolist()
+    assert draws == []  # every coin came from the cache
+    monkeypatch.setattr(personal_module, "COIN_CACHE_MAX", 50)
+    other = eng.slots(state, np.full(100, level), [f"other-{i}" for i in range(100)])
+    assert len(eng._coins) == 50 and len(draws) == 100  # noqa: SLF001
+    assert eng.slots(state, np.full(200, level), persons).tolist() == first.tolist()  # recomputed, identical
+    assert len(eng._coins) == 50  # noqa: SLF001
+    assert other.size == 100
+
+
 @pytest.mark.parametrize("mechanism,threshold", [("privacy_aware", None), ("sampling", "2")])
 def test_restart_from_the_journal_is_byte_identical(tmp_path, mechanism, threshold):
     s = make(tmp_path, mechanism=mechanism, threshold=threshold)

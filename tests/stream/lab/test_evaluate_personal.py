@@ -165,11 +165,20 @@ def test_all_five_mechanisms_from_the_cli(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--counts"], "counts file, which has no budget tiers"),
     (["--methods", "auto"], "does not plan personalized streams"),
+    (["--config-decision", "auto"], "does not plan personalized streams"),
     (["--recommend"], "does not rank personalized streams"),
     (["--personal", "minimum,bogus"], "unknown PDP mechanism"),
 ])
 def test_refusals_say_what_to_do(tmp_path, capsys, args, message):
     config, events = write_stream(tmp_path)
+    if args[0] == "--config-decision":  # release.decision: auto in the configuration itself
+        data = yaml.safe_load(config.read_text())
+        data["release"]["decision"] = args.pop(1)
+        args.pop(0)
+        config.write_text(yaml.safe_dump(data))
+        code = main(["check-config", str(config)])
+        assert code == 2
+        assert message in capsys.readouterr().err
     code = main(["evaluate", "--config", str(config), "--input", str(events), "--progress", "off", *args])
     assert code == 2
     assert message in capsys.readouterr().err
