@@ -205,3 +205,52 @@ def test_arrival_times_are_seeded_in_arrival_order_and_followed_by_evaluate_and_
         assert sorted(float(r["event_time"]) for r in csv.DictReader(f)) == sorted(ev.tolist())
     whole = load_truth(load_settings(c.config), c.events)
     assert whole.report.accepted == len(rows) and int(whole.counts.sum()) == len(rows)
+
+
+# -- --budgets: personalized-DP streams (issue 16) -------------------------------------------
+
+
+def test_budgets_write_a_consent_table_for_everyone_who_appears(tmp_path):
+    report = generate("census", tmp_path, timesteps=4, population=300, seed=3, dimensions=2, budgets="tiers")
+    with open(report.events) as fh:
+        people = {row["person_id"] for row in csv.DictReader(fh)}
+    with open(tmp_path / "consent.csv") as fh:
+        table = {row["person_id"]: row["tier"] for row in csv.DictReader(fh)}
+    assert set(table) == people  # census replaces people: the newcomers are listed too
+    assert set(table.values()) == {"0.01", "0.05", "0.10"}
+    shares = {t: sum(1 for v in table.values() if v == t) / len(table) for t in ("0.01", "0.05", "0.10")}
+    assert shares["0.05"] == pytest.approx(0.5, abs=0.08)
+    settings = load_settings(report.config)
+    personal = settings.privacy.personal
+    assert personal.mechanism == "privacy_aware" and personal.table == str((tmp_path / "consent.csv").resolve())
+    assert {str(e) for e in personal.tiers.values()} == {"1/100", "1/20", "1/10"}
+    assert settings.personal_declaration().levels.total == len(people)
+
+
+@pytest.mark.parametrize("law, low, high", [("uniform", 0.01, 0.1), ("normal", 0.01, 1.0)])
+def test_budget_laws_and_grid(law, low, high):
+    from stream.lab.generate import draw_budgets
+
+    tiers_of, tiers = draw_budgets(np.arange(5000), law, seed=1, grid=1000)
+    values = np.array([float(t) for t in tiers_of])
+    assert values.min() >= low and values.max() <= high
+    assert np.all(np.round(values * 1000) == values * 1000)  # on the public 1/1000 grid
+    assert set(tiers) == set(tiers_of)
+    if law == "uniform":
+        assert values.mean() == pytest.approx(0.055, abs=0.003)
+    else:  # N(0.1, 1) truncated to [0.01, 1]: nearly flat there, mean a little under the middle
+        assert 0.45 < values.mean() < 0.52
+    again, _ = draw_budgets(np.arange(5000), law, seed=1, grid=1000)
+    assert again == tiers_of  # seeded: public workload randomness
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"kind": "sine", "budgets": "uniform"}, "census and traffic"),
+    ({"kind": "census", "budgets": "uniform", "events": False, "counts": True}, "needs the events file"),
+    ({"kind": "census", "budgets": "lognormal"}, "--budgets must be one of"),
+    ({"kind": "census", "budgets": "uniform", "budget_grid": 150}, "--budget-grid"),
+])
+def test_budgets_refusals(tmp_path, kwargs, message):
+    kind = kwargs.pop("kind")
+    with pytest.raises(ValueError, match=message):
+        generate(kind, tmp_path, timesteps=3, population=50, seed=0, **kwargs)
