@@ -148,6 +148,39 @@ def _unwritable(target: str) -> str | None:
     return None
 
 
+def _outputs_usable(args: argparse.Namespace) -> bool:
+    """Before any work: the plotting extra is there if --plot asks for it, and --json/--plot can be
+    written (False: the reason is on stderr)."""
+    if args.plot:
+        from stream.lab.plot import MISSING, matplotlib_available
+
+        if not matplotlib_available():
+            _err(f"--plot {args.plot}: {MISSING}; or drop --plot")
+            return False
+    for flag, target in (("--json", args.json_out), ("--plot", args.plot)):
+        problem = _unwritable(target) if target else None
+        if problem:
+            _err(f"{flag} {target}: {problem}")
+            return False
+    return True
+
+
+def _write_result(args: argparse.Namespace, result: dict[str, Any], table: str) -> bool:
+    """The table for a person (stdout when the JSON goes to a file, else stderr: stdout stays JSON)
+    and the JSON (--json, or stdout). False: the file could not be written (said on stderr)."""
+    text = json.dumps(result, indent=2, allow_nan=False)
+    print(table, file=sys.stdout if args.json_out else sys.stderr)
+    if args.json_out:
+        try:
+            Path(args.json_out).write_text(text + "\n")
+        except OSError as exc:
+            _err(f"cannot write {args.json_out}: {exc.strerror or exc}")
+            return False
+    else:
+        print(text)
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     from controller.errors import ConfigurationError, StateError
     from histogram.errors import HistogramError
@@ -192,17 +225,8 @@ def run(args: argparse.Namespace) -> int:
         _err(str(exc))
         return EXIT_USAGE
     # fail before any work on what would only fail at the end: the plotting extra and the outputs
-    if args.plot:
-        from stream.lab.plot import MISSING, matplotlib_available
-
-        if not matplotlib_available():
-            _err(f"--plot {args.plot}: {MISSING}; or drop --plot")
-            return EXIT_USAGE
-    for flag, target in (("--json", args.json_out), ("--plot", args.plot)):
-        problem = _unwritable(target) if target else None
-        if problem:
-            _err(f"{flag} {target}: {problem}")
-            return EXIT_USAGE
+    if not _outputs_usable(args):
+        return EXIT_USAGE
     progress = {"auto": None, "on": True, "off": False}[args.progress]
     try:
         truth = load_truth(settings, args.input, kind=args.input_kind, strict=args.strict, progress=progress)
@@ -272,17 +296,8 @@ def run(args: argparse.Namespace) -> int:
         result["recommendation"] = {"rank_by": args.rank_by, "ranking": [n for n, _ in ranking(result, args.rank_by)]}
         print(recommendation(result, args.rank_by, diagnostics),
               file=sys.stdout if args.json_out else sys.stderr)
-    text = json.dumps(result, indent=2, allow_nan=False)
-    # the table for a person: on stdout when the JSON goes to a file, else on stderr (stdout stays JSON)
-    print(results_table(result), file=sys.stdout if args.json_out else sys.stderr)
-    if args.json_out:
-        try:
-            Path(args.json_out).write_text(text + "\n")
-        except OSError as exc:
-            _err(f"cannot write {args.json_out}: {exc.strerror or exc}")
-            return EXIT_USAGE
-    else:
-        print(text)
+    if not _write_result(args, result, results_table(result)):
+        return EXIT_USAGE
     if args.plot:
         from stream.lab.plot import PlotUnavailableError, plot_methods
 
@@ -327,17 +342,8 @@ def _run_mechanisms(args: argparse.Namespace) -> int:
     except (ConfigError, EvaluationError) as exc:
         _err(str(exc))
         return EXIT_USAGE
-    if args.plot:
-        from stream.lab.plot import MISSING, matplotlib_available
-
-        if not matplotlib_available():
-            _err(f"--plot {args.plot}: {MISSING}; or drop --plot")
-            return EXIT_USAGE
-    for flag, target in (("--json", args.json_out), ("--plot", args.plot)):
-        problem = _unwritable(target) if target else None
-        if problem:
-            _err(f"{flag} {target}: {problem}")
-            return EXIT_USAGE
+    if not _outputs_usable(args):
+        return EXIT_USAGE
     try:
         truth = load_records(settings, args.input, strict=args.strict)
     except InputError as exc:
@@ -368,16 +374,8 @@ def _run_mechanisms(args: argparse.Namespace) -> int:
                        f"applied: at most {settings.privacy.contribution_bound} record(s) per person per timestep"}
     for name, why in result["skipped"].items():
         print(f"dpstream evaluate: note: {name} skipped: {why}", file=sys.stderr)
-    text = json.dumps(result, indent=2, allow_nan=False)
-    print(mechanisms_table(result), file=sys.stdout if args.json_out else sys.stderr)
-    if args.json_out:
-        try:
-            Path(args.json_out).write_text(text + "\n")
-        except OSError as exc:
-            _err(f"cannot write {args.json_out}: {exc.strerror or exc}")
-            return EXIT_USAGE
-    else:
-        print(text)
+    if not _write_result(args, result, mechanisms_table(result)):
+        return EXIT_USAGE
     if args.plot:
         try:
             plot_mechanisms(result, args.plot, title=f"dpstream evaluate --mechanisms: {Path(args.input).name}")
