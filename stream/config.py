@@ -920,6 +920,12 @@ class Settings(BaseSettings):
         seed = self.randomness.seed
         return Randomness.secure() if seed is None else Randomness.seeded(seed)
 
+    def _privacy_view_exclude(self) -> dict[str, Any]:
+        personal = self.privacy.personal
+        if personal is None:
+            return {"shared_population": True, "personal": True}
+        return {"shared_population": True, **({"personal": {"weights": True}} if personal.weights is None else {})}
+
     def privacy_view(self) -> dict[str, Any]:
         """Everything that changes what a release means or costs (JSON-ready)."""
         s = self.stream
@@ -932,9 +938,9 @@ class Settings(BaseSettings):
             },
             "domain": self.domain().describe(),
             # the population declaration is deployment accounting, not what a release means or costs;
-            # privacy.personal appears only when set (so existing streams keep their fingerprint)
-            "privacy": self.privacy.model_dump(
-                mode="json", exclude={"shared_population"} | ({"personal"} if self.privacy.personal is None else set())),
+            # privacy.personal appears only when set, and its weights only when set (so existing streams
+            # keep their fingerprint)
+            "privacy": self.privacy.model_dump(mode="json", exclude=self._privacy_view_exclude()),
             "release": self._release_view(),
             "schema_version": 1,
             # the consent table's content (not just its path): a changed table is a changed budget

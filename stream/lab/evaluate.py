@@ -251,7 +251,6 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
         if base == "auto":  # the planner's choice from the configuration alone (stream.lab.planner)
             from stream.lab.planner import PlannerError, auto_method
 
-
             try:
                 name, planned = auto_method(settings)
             except PlannerError as exc:

@@ -178,3 +178,13 @@ def test_weights_choose_how_a_partition_combines():
     with pytest.raises(ConfigError, match="combines the parts of a partition") as exc:
         settings(mechanism="minimum", weights="utility")
     one_line(exc)
+
+
+def test_weights_change_the_fingerprint_only_when_set(tmp_path):
+    """weights change what the published estimate means: in the fingerprint when set; a stream
+    that never set it keeps the fingerprint it had before the option existed."""
+    persons = {"basic": 400, "research": 100}
+    base = settings(mechanism="privacy_aware", persons=persons)
+    assert "weights" not in base.privacy_view()["privacy"]["personal"]
+    assert settings(mechanism="privacy_aware", persons=persons, weights="utility").fingerprint() != base.fingerprint()
+    assert settings(mechanism="privacy_aware", persons=persons, weights="sum").fingerprint() != base.fingerprint()
