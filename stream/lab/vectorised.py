@@ -48,7 +48,7 @@ from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.policies.sampling import WEventSamplingPolicy
 from controller.policies.wevent import FAST_MAX_EXPONENT, FastPolicy, PegasusPolicy, SamplePolicy
 from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness, discrete_laplace_mean_abs
-from histogram.postprocess import postprocess
+from histogram.postprocess import parse_chain, postprocess
 from stream.lab.metrics import QueryIndex, Workload
 
 __all__ = ["LabNoise", "PooledNoise", "EngineNoise", "VectorResult", "vector_eligible", "run_vectorised"]
@@ -153,6 +153,16 @@ class PooledNoise:
 
     def laplace_each(self, runs: np.ndarray, num: np.ndarray, den: np.ndarray, size: int) -> np.ndarray:
         k = int(runs.size)
+        if k and num[0] == num[k - 1] and den[0] == den[k - 1] and (num == num[0]).all() and (den == den[0]).all():
+            # every row at one scale (all methods but BD's releases): one group, no fancy indexing
+            a, b = int(num[0]), int(den[0])
+            g = math.gcd(a, b)
+            key = (a // g, b // g)
+            seen = self._seen[key] = self._seen.get(key, 0) + 1
+            if seen >= self.POOL_AFTER or key[0] >= _EXACT_LIMIT or key[1] >= _EXACT_LIMIT:
+                return self._block("dlap", *key).take(k * size).reshape(k, size)
+            n = k * size
+            return self._assembled(np.full(n, key[0], dtype=np.int64), np.full(n, key[1], dtype=np.int64)).reshape(-1, size)
         g = np.gcd(num, den)
         num, den = num // g, den // g
         out = np.empty((k, size), dtype=np.int64)
@@ -250,27 +260,40 @@ class _Ledger:
         self.cap = cap
         self.max = np.zeros(runs, dtype=np.int64)
         self._t = -1
-        self._used: np.ndarray | None = None
+        self._used = np.zeros(runs, dtype=np.int64)  # the window ending at _t, kept up to date
 
-    def used(self, t: int) -> np.ndarray:
-        if self._used is None or self._t != t:
-            self._used = self.E[:, max(0, t - self.w + 1):t + 1].sum(axis=1)
+    def _at(self, t: int) -> np.ndarray:
+        """The window ending at ``t``: moving on by one timestep drops the column that leaves it
+        (whole units, so the running sum is exact); any other move sums the window afresh."""
+        if t != self._t:
+            if t == self._t + 1:
+                if t >= self.w:
+                    self._used = self._used - self.E[:, t - self.w]
+            else:
+                self._used = self.E[:, max(0, t - self.w + 1):t + 1].sum(axis=1)
             self._t = t
         return self._used
+
+    def used(self, t: int) -> np.ndarray:
+        return self._at(t)
 
     def can(self, t: int, amount: int | np.ndarray) -> np.ndarray:
         return self.used(t) + amount <= self.cap
 
     def spend(self, t: int, rows: np.ndarray, amount: int | np.ndarray) -> None:
         if rows.size:
+            used = self._at(t).copy()  # a new array: what callers read before stays as it was
             self.E[rows, t] += amount
-            self._used = None
+            used[rows] += amount
+            self._used = used
 
     def extend(self, t: int, rows: np.ndarray, ends: np.ndarray, amount: int) -> None:
         if rows.size:
+            used = self._at(t).copy()
             self.E[rows, ends] -= amount
             self.E[rows, t] += amount
-            self._used = None
+            used[rows] += np.where(ends < t - self.w + 1, amount, 0)  # moved into the window from outside it
+            self._used = used
 
     def end_step(self, t: int) -> None:
         np.maximum(self.max, self.used(t), out=self.max)
@@ -386,6 +409,15 @@ class _Run:
     def __post_init__(self) -> None:
         self.last = np.zeros((self.R, self.U), dtype=np.int64)
         self.has_last = np.zeros(self.R, dtype=bool)
+        self._same: dict[int, np.ndarray] = {}
+
+    def same(self, e: int, n: int) -> np.ndarray:
+        """``n`` copies of ``e`` (read-only: a slice of one array kept per value)."""
+        arr = self._same.get(e)
+        if arr is None:
+            arr = self._same[e] = np.full(self.R, e, dtype=np.int64)
+            arr.flags.writeable = False
+        return arr[:n]
 
     def units(self, eps: Fraction) -> int:
         q = eps / self.unit
@@ -461,8 +493,8 @@ class _Schedule(_Kernel):
         if not due:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         e = run.units(eps)
-        rows = np.flatnonzero(run.ledger.can(t, e))
-        return rows, np.full(rows.size, e, dtype=np.int64)
+        rows = run.ledger.can(t, e).nonzero()[0]
+        return rows, run.same(e, rows.size)
 
 
 class _Sampling(_Kernel):
@@ -521,8 +553,8 @@ class _Sampling(_Kernel):
         w, cutoff = p.unit.w, p.unit.cutoff
         none = np.zeros(0, dtype=np.int64)
         if t == 0:
-            rows = np.flatnonzero(run.ledger.can(t, self.e_rel))
-            return rows, np.full(rows.size, self.e_rel, dtype=np.int64)
+            rows = run.ledger.can(t, self.e_rel).nonzero()[0]
+            return rows, run.same(self.e_rel, rows.size)
         if p.adaptive and t <= p.burn_in:
             return none, none
         in_window = self.fresh_at[:, max(0, t - w + 1):t].sum(axis=1)
@@ -540,17 +572,17 @@ class _Sampling(_Kernel):
         start_ok = start & (used + self.e_inst + self.e_rel <= ledger.cap)
         # runs that cannot start an instance drop theirs (REPUBLISH with instance=None)
         self.has_inst &= ~(start & ~start_ok)
-        ext_rows = np.flatnonzero(ext)
+        ext_rows = ext.nonzero()[0]
         ledger.extend(t, ext_rows, self.inst_end[ext_rows], self.e_inst)
         self.inst_end[ext_rows] = t
-        new_rows = np.flatnonzero(start_ok)
+        new_rows = start_ok.nonzero()[0]
         ledger.spend(t, new_rows, self.e_inst)
         if new_rows.size:
             self.rho[new_rows] = run.noise.laplace(new_rows, self.threshold_scale, None)
             self.has_inst[new_rows] = True
             self.inst_end[new_rows] = t
         q = ext | start_ok
-        rows = np.flatnonzero(q)
+        rows = q.nonzero()[0]
         if not rows.size:
             return none, none
         nu = run.noise.laplace(rows, self.query_scale, None)
@@ -558,13 +590,13 @@ class _Sampling(_Kernel):
         if p.adaptive:
             threshold = _ceil_threshold(self.thr[rows], p.population, self.cache)
         else:
-            threshold = np.full(rows.size, self.fixed_threshold, dtype=np.int64)
+            threshold = self.fixed_threshold
         if p.noise_floor:
             threshold = threshold + np.where(run.has_last[rows], self.floor, 0)
         above = d + nu - self.rho[rows] >= threshold
         fresh_rows = rows[above]
         self.has_inst[fresh_rows] = False
-        return fresh_rows, np.full(fresh_rows.size, self.e_rel, dtype=np.int64)
+        return fresh_rows, run.same(self.e_rel, fresh_rows.size)
 
     def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
         self.fresh_at[rows, t] = True
@@ -625,7 +657,7 @@ class _Kellaris(_Kernel):
             available = np.minimum(t - (self.last_pub + self.nullified), w)
             potential = self.share * available
             ok = active & run.ledger.can(t, self.e_test + potential)
-        rows = np.flatnonzero(ok)
+        rows = ok.nonzero()[0]
         none = np.zeros(0, dtype=np.int64)
         if not rows.size:
             return none, none
@@ -667,7 +699,7 @@ class _Pegasus(_Kernel):
         new = (self.size == 0) | ((self.size >= p.max_group) if p.max_group is not None else False)
         ok_new = new & ledger.can(t, self.e_p)
         test = ~new & ledger.can(t, self.e_g + self.e_p)
-        rows = np.flatnonzero(test)
+        rows = test.nonzero()[0]
         self.joined[:] = False
         if rows.size:
             ledger.spend(t, rows, self.e_g)
@@ -678,8 +710,8 @@ class _Pegasus(_Kernel):
             spread = self.err / np.sqrt(size.astype(np.float64))
             theta = run.U * spread + 2 * math.sqrt(run.U) * spread + self.test_term
             self.joined[rows] = noisy <= theta
-        fresh_rows = np.flatnonzero(ok_new | test)
-        return fresh_rows, np.full(fresh_rows.size, self.e_p, dtype=np.int64)
+        fresh_rows = (ok_new | test).nonzero()[0]
+        return fresh_rows, run.same(self.e_p, fresh_rows.size)
 
     def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
         joined = self.joined[rows]
@@ -714,8 +746,8 @@ class _Fast(_Kernel):
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         ok = (t >= self.next_sample) & self.run.ledger.can(t, self.e)
-        rows = np.flatnonzero(ok)
-        return rows, np.full(rows.size, self.e, dtype=np.int64)
+        rows = ok.nonzero()[0]
+        return rows, self.run.same(self.e, rows.size)
 
     def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
         p, run, r = self.p, self.run, self.r
@@ -791,19 +823,22 @@ def run_vectorised(
     kept = np.zeros((runs, T, U)) if keep_published else None
     if kernel.published_float:
         run.last = run.last.astype(np.float64)
-    scale_num = mech.sensitivity * unit.denominator
+    scale_num = np.full(runs, mech.sensitivity * unit.denominator)
+    scale_num.flags.writeable = False
     scale_den = unit.numerator
+    chain = parse_chain(post)
+    truth = workload.truth
     for t in range(T):
         noise.begin(t)
         rows, eps = kernel.decide(t)
         if rows.size:
             ledger.spend(t, rows, eps)
             # LPA's scale Δ/ε with ε = e·unit: (Δ·unit.den) / (e·unit.num), reduced by the sampler
-            noisy = workload.truth[t] + noise.laplace_each(rows, np.full(rows.size, scale_num), eps * scale_den, U)
+            noisy = truth[t] + noise.laplace_each(rows, scale_num[:rows.size], eps * scale_den, U)
             out = kernel.after(t, rows, noisy, eps)
             run.last[rows] = out
             run.has_last[rows] = True
-            published[rows] = postprocess(post, out)
+            published[rows] = postprocess(post, out) if chain else out
             src[rows] = t
             fresh_eps[rows, t] = eps
         ledger.end_step(t)
