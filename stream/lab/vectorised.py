@@ -153,9 +153,10 @@ class PooledNoise:
 
     def laplace_each(self, runs: np.ndarray, num: np.ndarray, den: np.ndarray, size: int) -> np.ndarray:
         k = int(runs.size)
-        if k and num[0] == num[k - 1] and den[0] == den[k - 1] and (num == num[0]).all() and (den == den[0]).all():
+        nl, dl = num.tolist(), den.tolist()
+        if k and nl.count(nl[0]) == k and dl.count(dl[0]) == k:
             # every row at one scale (all methods but BD's releases): one group, no fancy indexing
-            a, b = int(num[0]), int(den[0])
+            a, b = nl[0], dl[0]
             g = math.gcd(a, b)
             key = (a // g, b // g)
             seen = self._seen[key] = self._seen.get(key, 0) + 1
@@ -163,15 +164,14 @@ class PooledNoise:
                 return self._block("dlap", *key).take(k * size).reshape(k, size)
             n = k * size
             return self._assembled(np.full(n, key[0], dtype=np.int64), np.full(n, key[1], dtype=np.int64)).reshape(-1, size)
-        g = np.gcd(num, den)
-        num, den = num // g, den // g
+        keys = []
+        for a, b in zip(nl, dl, strict=True):
+            g = math.gcd(a, b)
+            keys.append((a // g, b // g))
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key, []).append(i)
         out = np.empty((k, size), dtype=np.int64)
-        if k and num.min() == num.max() and den.min() == den.max():
-            groups = {(int(num[0]), int(den[0])): list(range(k))}
-        else:
-            groups = {}
-            for i, key in enumerate(zip(num.tolist(), den.tolist(), strict=True)):
-                groups.setdefault(key, []).append(i)
         rare: list[int] = []
         for key, idx in groups.items():
             seen = self._seen[key] = self._seen.get(key, 0) + 1
@@ -180,7 +180,9 @@ class PooledNoise:
             else:
                 rare.extend(idx)
         if rare:
-            out[rare] = self._assembled(np.repeat(num[rare], size), np.repeat(den[rare], size)).reshape(-1, size)
+            t = np.repeat(np.array([keys[i][0] for i in rare], dtype=np.int64), size)
+            s = np.repeat(np.array([keys[i][1] for i in rare], dtype=np.int64), size)
+            out[rare] = self._assembled(t, s).reshape(-1, size)
         return out
 
     def _assembled(self, t: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -189,10 +191,21 @@ class PooledNoise:
         todo = np.arange(t.size)
         while todo.size:
             tt = t[todo]
-            x = np.empty(todo.size, dtype=np.int64)
-            for tv in np.unique(tt).tolist():
-                sel = np.flatnonzero(tt == tv)
-                x[sel] = self._block("x", tv, 1).take(sel.size)
+            if todo.size <= 64:  # few entries (one bin): group them in Python, in np.unique's order
+                where: dict[int, list[int]] = {}
+                for i, tv in enumerate(tt.tolist()):
+                    where.setdefault(tv, []).append(i)
+                if len(where) == 1:
+                    x = self._block("x", next(iter(where)), 1).take(todo.size)
+                else:
+                    x = np.empty(todo.size, dtype=np.int64)
+                    for tv in sorted(where):
+                        x[where[tv]] = self._block("x", tv, 1).take(len(where[tv]))
+            else:
+                x = np.empty(todo.size, dtype=np.int64)
+                for tv in np.unique(tt).tolist():
+                    sel = np.flatnonzero(tt == tv)
+                    x[sel] = self._block("x", tv, 1).take(sel.size)
             y = x // s[todo]
             negative = self._block("sign", 0, 1).take(todo.size).astype(bool)
             ok = ~(negative & (y == 0))
@@ -636,15 +649,13 @@ class _Kellaris(_Kernel):
 
         LPA's error is ``discrete_laplace_mean_abs(Δ/ε)``, which reads the scale as ``float(Δ/ε)``;
         ``Δ·unit.den / (e·unit.num)`` as an int true division is the same correctly rounded float."""
-        out = np.empty(units.size)
-        run = self.run
-        num = run.mech.sensitivity * run.unit.denominator
-        for i, u in enumerate(units.tolist()):
-            e = self.errors.get(u)
-            if e is None:
-                e = self.errors[u] = discrete_laplace_mean_abs(num / (u * run.unit.numerator)) * run.U
-            out[i] = e
-        return out
+        errors = self.errors
+        keys = units.tolist()
+        for u in set(keys).difference(errors):
+            run = self.run
+            num = run.mech.sensitivity * run.unit.denominator
+            errors[u] = discrete_laplace_mean_abs(num / (u * run.unit.numerator)) * run.U
+        return np.array([errors[u] for u in keys], dtype=np.float64)
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         run, w = self.run, self.p.unit.w
@@ -740,7 +751,10 @@ class _Fast(_Kernel):
         self.last_sample = np.full(R, -1, dtype=np.int64)
         self.interval = np.full(R, policy.base_interval, dtype=np.int64)
         self.next_sample = np.zeros(R, dtype=np.int64)
-        self.errors: list[list[float]] = [[] for _ in range(R)]
+        # each run's last pid_window errors, oldest first, right-aligned: the unfilled slots on the
+        # left hold 0.0, which adds nothing to the sum (0 + 0.0 + … + e0 + e1 = sum((e0, e1)) exactly)
+        self.errors = np.zeros((R, policy.pid_window))
+        self.n_errors = np.zeros(R, dtype=np.int64)
         b = float(Fraction(policy.sensitivity) / policy.per_sample)
         self.r = 2.0 * b * b
 
@@ -761,16 +775,25 @@ class _Fast(_Kernel):
         floor = run.U * math.sqrt(r / 2.0)
         change = np.maximum(0.0, np.abs(z - prior).sum(axis=1) - floor)
         error = np.where(first, 0.0, change / np.maximum(np.abs(posterior).sum(axis=1), 1.0))
-        for i, row in enumerate(rows.tolist()):  # the controller: scalar Python floats, as the policy
-            errs = (*self.errors[row], float(error[i]))[-p.pid_window:]
-            self.errors[row] = list(errs)
-            last = int(self.last_sample[row])
-            derivative = 0.0 if len(errs) < 2 or last < 0 else (errs[-1] - errs[-2]) / (t - last)
-            control = p.cp * errs[-1] + p.ci * sum(errs) / len(errs) + p.cd * derivative
-            step = p.theta * (1.0 - math.exp(min((control - p.xi) / p.xi, FAST_MAX_EXPONENT)))
-            interval = max(1, int(int(self.interval[row]) + step))
-            self.interval[row] = interval
-            self.next_sample[row] = t + interval
+        # the controller, over the runs with the policy's IEEE operations in its order (sum(errors) is
+        # the left-to-right sum; only exp is taken per run, with math.exp as the policy does)
+        errs = np.concatenate((self.errors[rows, 1:], error[:, None]), axis=1)
+        self.errors[rows] = errs
+        n = np.minimum(self.n_errors[rows] + 1, p.pid_window)
+        self.n_errors[rows] = n
+        last = self.last_sample[rows]
+        total = 0 + errs[:, 0]
+        for j in range(1, errs.shape[1]):
+            total = total + errs[:, j]
+        moved = (n >= 2) & (last >= 0)
+        derivative = np.where(moved, (errs[:, -1] - errs[:, -2]) / np.where(moved, t - last, 1), 0.0)
+        control = p.cp * errs[:, -1] + p.ci * total / n + p.cd * derivative
+        exponent = np.minimum((control - p.xi) / p.xi, FAST_MAX_EXPONENT)
+        step = p.theta * (1.0 - np.array([math.exp(x) for x in exponent.tolist()], dtype=np.float64))
+        # max(1, int(i + step)): int() truncates, and below 1 the interval is 1 either way
+        interval = np.maximum(1.0, self.interval[rows] + step).astype(np.int64)
+        self.interval[rows] = interval
+        self.next_sample[rows] = t + interval
         self.variance[rows] = variance
         self.last_sample[rows] = t
         return posterior
