@@ -203,7 +203,7 @@ class PooledNoise:
                         x[where[tv]] = self._block("x", tv, 1).take(len(where[tv]))
             else:
                 x = np.empty(todo.size, dtype=np.int64)
-                for tv in np.unique(tt).tolist():
+                for tv in sorted(set(tt.tolist())):
                     sel = np.flatnonzero(tt == tv)
                     x[sel] = self._block("x", tv, 1).take(sel.size)
             y = x // s[todo]
@@ -906,7 +906,7 @@ def _run_schedule(policy: Any, mech: Any, workload: Workload, runs: int, noise: 
     ts = np.asarray(fresh_t, dtype=np.int64)
     es = np.asarray(fresh_e, dtype=np.int64)
     table = np.zeros((runs, ts.size + 1, U))  # the last row: the all-zero placeholder (index -1)
-    for e in np.unique(es).tolist():
+    for e in sorted(set(es.tolist())):  # np.unique's values and order (without importing numpy.ma, ~30 ms)
         idx = np.flatnonzero(es == e)
         scale = mech.scale(Fraction(e) * unit)
         z = noise.laplace(np.arange(runs * idx.size), scale, U).reshape(runs, idx.size, U)
