@@ -54,3 +54,26 @@ def test_the_check_catches_answers_copied_to_the_wrong_queries():
     q.__dict__["_distinct"] = (uniq, inverse[::-1].copy())  # deliberately wrong: answers land on other queries
     counts = _counts((4, 3))
     assert not np.array_equal(q.answer_batch(counts), q.answer_many(counts))
+
+
+def test_a_pickled_workload_is_compact_and_unpickles_to_the_same_arrays():
+    import pickle
+
+    truth = np.random.default_rng(3).integers(0, 1000, (300, 1))
+    w = Workload.build(truth, (1,), queries=500, seed=0)
+    data = pickle.dumps(w)
+    assert len(data) < w.truth_answers.nbytes // 10  # each distinct query's answers once
+    back = pickle.loads(data)
+    assert np.array_equal(back.truth_answers, w.truth_answers) and back.truth_answers.flags["C_CONTIGUOUS"]
+    assert np.array_equal(back.truth, w.truth) and back.shape == w.shape and back.sanity == w.sanity
+
+
+def test_a_hand_made_workload_whose_copies_differ_is_pickled_whole():
+    import pickle
+
+    truth = np.random.default_rng(4).integers(0, 1000, (20, 1))
+    w = Workload.build(truth, (1,), queries=30, seed=0)
+    answers = w.truth_answers.copy()
+    answers[5, 7] += 1  # deliberately not a copy of its query's column
+    odd = Workload(w.truth, w.shape, w.queries, answers, w.sanity)
+    assert np.array_equal(pickle.loads(pickle.dumps(odd)).truth_answers, answers)
