@@ -14,6 +14,7 @@ import sys
 import typing
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 from stream.commands import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CommandError, print_error
 from stream.service.allocator import tune_allocator
@@ -57,6 +58,45 @@ def _load(name: str) -> ModuleType:
     return module
 
 
+def _installed_version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("dpstream")
+        except PackageNotFoundError:
+            return "unknown (not installed)"
+    except ImportError:  # pragma: no cover
+        return "unknown"
+
+
+class _VersionAction(argparse._VersionAction):
+    """``--version``, looking the installed version up only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        self.version = f"dpstream {_installed_version()}"
+        super().__call__(parser, namespace, values, option_string)
+
+
+#: Errors the person can fix (one line each, exit 2), by module and class name. Looked up only once
+#: something was raised, in the modules already imported (one never imported raised nothing of its
+#: own), so start-up does not import the HTTP server or the broker for their exception classes.
+_USER_FIXABLE: tuple[tuple[str, str], ...] = (
+    ("stream.config", "ConfigError"),
+    ("stream.service.http", "ListenError"),
+    ("stream.service.broker", "EmbeddedBrokerMissing"),
+)
+
+
+def _user_fixable(exc: BaseException) -> bool:
+    for module, name in _USER_FIXABLE:
+        mod = sys.modules.get(module)
+        if mod is not None and isinstance(exc, getattr(mod, name)):
+            return True
+    return False
+
+
 def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The top-level parser with one subparser per command module.
 
@@ -67,16 +107,7 @@ def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParse
         prog="dpstream",
         description="Differentially private histograms of a live population, released on Kafka.",
     )
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            ver = version("dpstream")
-        except PackageNotFoundError:
-            ver = "unknown (not installed)"
-    except ImportError:  # pragma: no cover
-        ver = "unknown"
-    parser.add_argument("--version", action="version", version=f"dpstream {ver}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     sub.required = True
     for name in COMMAND_MODULES if modules is None else modules:
@@ -96,23 +127,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:  # pragma: no cover - every command sets one
         parser.error(f"the command {args.command!r} has no handler")
     tune_allocator()  # numpy temporaries: heap, not fresh page-faulting mappings (stream.service.allocator)
-    from stream.config import ConfigError
-    from stream.service.broker import EmbeddedBrokerMissing
-    from stream.service.http import ListenError
 
     try:
         status = handler(args)
     except CommandError as exc:
         print_error(args.command, exc)
         return exc.exit_code
-    except (ConfigError, ListenError, EmbeddedBrokerMissing) as exc:  # the person can fix it: one line each, exit 2
-        print_error(args.command, exc)
-        return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"dpstream {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_FAILURE
+    except Exception as exc:
+        if not _user_fixable(exc):
+            raise
+        print_error(args.command, exc)  # the person can fix it: one line each, exit 2
+        return EXIT_USAGE
     return int(status or 0)
 
 

@@ -23,6 +23,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -134,11 +135,29 @@ class QueryIndex:
         _prefix_sums(table)
         return table.ravel()[self.corners] @ self.signs
 
+    @functools.cached_property
+    def _distinct(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The distinct queries' corners and, for each query, its row among them — when at most half
+        of the queries are distinct (with one bin every query is the same one); ``None`` otherwise."""
+        uniq, inverse = np.unique(self.corners, axis=0, return_inverse=True)
+        if 2 * uniq.shape[0] > self.corners.shape[0]:
+            return None
+        return uniq, inverse.reshape(-1)
+
     def answer_batch(self, counts: np.ndarray) -> np.ndarray:
-        """Answers for a ``(K, U)`` stack in one array pass: ``(K, M)`` (same values as :meth:`answer`)."""
+        """Answers for a ``(K, U)`` stack in one array pass: ``(K, M)`` (same values as :meth:`answer`).
+
+        Identical queries are answered once (the same operations on the same corners, so the same
+        values) and copied to every place they occur."""
         arr = np.asarray(counts, dtype=np.float64)
-        out = np.empty((arr.shape[0], self.corners.shape[0]))
-        step = max(1, (1 << 22) // max(1, self.corners.shape[0]))  # bound each gathered block to ~32 MB
+        distinct = self._distinct
+        if distinct is not None:
+            return self._answer(arr, distinct[0])[:, distinct[1]]
+        return self._answer(arr, self.corners)
+
+    def _answer(self, arr: np.ndarray, corners: np.ndarray) -> np.ndarray:
+        out = np.empty((arr.shape[0], corners.shape[0]))
+        step = max(1, (1 << 22) // max(1, corners.shape[0]))  # bound each gathered block to ~32 MB
         for lo in range(0, arr.shape[0], step):
             part = arr[lo:lo + step]
             k = part.shape[0]
@@ -147,9 +166,9 @@ class QueryIndex:
             for axis in range(1, table.ndim):
                 np.cumsum(table, axis=axis, out=table)
             flat = table.reshape(k, -1)
-            acc = self.signs[0] * flat[:, self.corners[:, 0]]
-            for c in range(1, self.corners.shape[1]):
-                acc += self.signs[c] * flat[:, self.corners[:, c]]
+            acc = self.signs[0] * flat[:, corners[:, 0]]
+            for c in range(1, corners.shape[1]):
+                acc += self.signs[c] * flat[:, corners[:, c]]
             out[lo:lo + k] = acc
         return out
 
@@ -177,6 +196,21 @@ class Workload:
     queries: QueryIndex | None
     truth_answers: np.ndarray | None
     sanity: float = 1.0
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled (``evaluate --jobs`` sends the workload with every method) with each distinct
+        query's true answers once: with one bin the ``(T, M)`` table is M copies of one column
+        (8 MB at T = M = 1000). Unpickling rebuilds the same array; when the copies are not all
+        equal (a hand-made workload) the table is sent whole."""
+        q, answers = self.queries, self.truth_answers
+        distinct = q._distinct if q is not None and answers is not None else None
+        if distinct is not None:
+            inverse = distinct[1]
+            first = np.unique(inverse, return_index=True)[1]  # each distinct query's first place
+            compact = answers[:, first]
+            if np.array_equal(compact[:, inverse], answers):
+                return _workload_from_compact, (self.truth, self.shape, q, compact, inverse, self.sanity)
+        return Workload, (self.truth, self.shape, q, answers, self.sanity)
 
     @classmethod
     def build(
@@ -227,6 +261,12 @@ class Workload:
             return None
         return self.queries.answer(counts)
 
+
+
+def _workload_from_compact(truth: np.ndarray, shape: tuple[int, ...], queries: QueryIndex | None,
+                           compact: np.ndarray, inverse: np.ndarray, sanity: float) -> Workload:
+    """:meth:`Workload.__reduce__`'s inverse: every query's column from its distinct query's."""
+    return Workload(truth, shape, queries, np.ascontiguousarray(compact[:, inverse]), sanity)
 
 class ErrorAccumulator:
     """Sums of per-bin and per-query errors of one run, fed one timestep at a time.

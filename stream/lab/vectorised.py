@@ -48,7 +48,7 @@ from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.policies.sampling import WEventSamplingPolicy
 from controller.policies.wevent import FAST_MAX_EXPONENT, FastPolicy, PegasusPolicy, SamplePolicy
 from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness, discrete_laplace_mean_abs
-from histogram.postprocess import postprocess
+from histogram.postprocess import parse_chain, postprocess
 from stream.lab.metrics import QueryIndex, Workload
 
 __all__ = ["LabNoise", "PooledNoise", "EngineNoise", "VectorResult", "vector_eligible", "run_vectorised"]
@@ -153,15 +153,25 @@ class PooledNoise:
 
     def laplace_each(self, runs: np.ndarray, num: np.ndarray, den: np.ndarray, size: int) -> np.ndarray:
         k = int(runs.size)
-        g = np.gcd(num, den)
-        num, den = num // g, den // g
+        nl, dl = num.tolist(), den.tolist()
+        if k and nl.count(nl[0]) == k and dl.count(dl[0]) == k:
+            # every row at one scale (all methods but BD's releases): one group, no fancy indexing
+            a, b = nl[0], dl[0]
+            g = math.gcd(a, b)
+            key = (a // g, b // g)
+            seen = self._seen[key] = self._seen.get(key, 0) + 1
+            if seen >= self.POOL_AFTER or key[0] >= _EXACT_LIMIT or key[1] >= _EXACT_LIMIT:
+                return self._block("dlap", *key).take(k * size).reshape(k, size)
+            n = k * size
+            return self._assembled(np.full(n, key[0], dtype=np.int64), np.full(n, key[1], dtype=np.int64)).reshape(-1, size)
+        keys = []
+        for a, b in zip(nl, dl, strict=True):
+            g = math.gcd(a, b)
+            keys.append((a // g, b // g))
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key, []).append(i)
         out = np.empty((k, size), dtype=np.int64)
-        if k and num.min() == num.max() and den.min() == den.max():
-            groups = {(int(num[0]), int(den[0])): list(range(k))}
-        else:
-            groups = {}
-            for i, key in enumerate(zip(num.tolist(), den.tolist(), strict=True)):
-                groups.setdefault(key, []).append(i)
         rare: list[int] = []
         for key, idx in groups.items():
             seen = self._seen[key] = self._seen.get(key, 0) + 1
@@ -170,7 +180,9 @@ class PooledNoise:
             else:
                 rare.extend(idx)
         if rare:
-            out[rare] = self._assembled(np.repeat(num[rare], size), np.repeat(den[rare], size)).reshape(-1, size)
+            t = np.repeat(np.array([keys[i][0] for i in rare], dtype=np.int64), size)
+            s = np.repeat(np.array([keys[i][1] for i in rare], dtype=np.int64), size)
+            out[rare] = self._assembled(t, s).reshape(-1, size)
         return out
 
     def _assembled(self, t: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -179,10 +191,21 @@ class PooledNoise:
         todo = np.arange(t.size)
         while todo.size:
             tt = t[todo]
-            x = np.empty(todo.size, dtype=np.int64)
-            for tv in np.unique(tt).tolist():
-                sel = np.flatnonzero(tt == tv)
-                x[sel] = self._block("x", tv, 1).take(sel.size)
+            if todo.size <= 64:  # few entries (one bin): group them in Python, in np.unique's order
+                where: dict[int, list[int]] = {}
+                for i, tv in enumerate(tt.tolist()):
+                    where.setdefault(tv, []).append(i)
+                if len(where) == 1:
+                    x = self._block("x", next(iter(where)), 1).take(todo.size)
+                else:
+                    x = np.empty(todo.size, dtype=np.int64)
+                    for tv in sorted(where):
+                        x[where[tv]] = self._block("x", tv, 1).take(len(where[tv]))
+            else:
+                x = np.empty(todo.size, dtype=np.int64)
+                for tv in sorted(set(tt.tolist())):
+                    sel = np.flatnonzero(tt == tv)
+                    x[sel] = self._block("x", tv, 1).take(sel.size)
             y = x // s[todo]
             negative = self._block("sign", 0, 1).take(todo.size).astype(bool)
             ok = ~(negative & (y == 0))
@@ -250,27 +273,40 @@ class _Ledger:
         self.cap = cap
         self.max = np.zeros(runs, dtype=np.int64)
         self._t = -1
-        self._used: np.ndarray | None = None
+        self._used = np.zeros(runs, dtype=np.int64)  # the window ending at _t, kept up to date
 
-    def used(self, t: int) -> np.ndarray:
-        if self._used is None or self._t != t:
-            self._used = self.E[:, max(0, t - self.w + 1):t + 1].sum(axis=1)
+    def _at(self, t: int) -> np.ndarray:
+        """The window ending at ``t``: moving on by one timestep drops the column that leaves it
+        (whole units, so the running sum is exact); any other move sums the window afresh."""
+        if t != self._t:
+            if t == self._t + 1:
+                if t >= self.w:
+                    self._used = self._used - self.E[:, t - self.w]
+            else:
+                self._used = self.E[:, max(0, t - self.w + 1):t + 1].sum(axis=1)
             self._t = t
         return self._used
+
+    def used(self, t: int) -> np.ndarray:
+        return self._at(t)
 
     def can(self, t: int, amount: int | np.ndarray) -> np.ndarray:
         return self.used(t) + amount <= self.cap
 
     def spend(self, t: int, rows: np.ndarray, amount: int | np.ndarray) -> None:
         if rows.size:
+            used = self._at(t).copy()  # a new array: what callers read before stays as it was
             self.E[rows, t] += amount
-            self._used = None
+            used[rows] += amount
+            self._used = used
 
     def extend(self, t: int, rows: np.ndarray, ends: np.ndarray, amount: int) -> None:
         if rows.size:
+            used = self._at(t).copy()
             self.E[rows, ends] -= amount
             self.E[rows, t] += amount
-            self._used = None
+            used[rows] += np.where(ends < t - self.w + 1, amount, 0)  # moved into the window from outside it
+            self._used = used
 
     def end_step(self, t: int) -> None:
         np.maximum(self.max, self.used(t), out=self.max)
@@ -386,6 +422,15 @@ class _Run:
     def __post_init__(self) -> None:
         self.last = np.zeros((self.R, self.U), dtype=np.int64)
         self.has_last = np.zeros(self.R, dtype=bool)
+        self._same: dict[int, np.ndarray] = {}
+
+    def same(self, e: int, n: int) -> np.ndarray:
+        """``n`` copies of ``e`` (read-only: a slice of one array kept per value)."""
+        arr = self._same.get(e)
+        if arr is None:
+            arr = self._same[e] = np.full(self.R, e, dtype=np.int64)
+            arr.flags.writeable = False
+        return arr[:n]
 
     def units(self, eps: Fraction) -> int:
         q = eps / self.unit
@@ -461,8 +506,8 @@ class _Schedule(_Kernel):
         if not due:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         e = run.units(eps)
-        rows = np.flatnonzero(run.ledger.can(t, e))
-        return rows, np.full(rows.size, e, dtype=np.int64)
+        rows = run.ledger.can(t, e).nonzero()[0]
+        return rows, run.same(e, rows.size)
 
 
 class _Sampling(_Kernel):
@@ -521,8 +566,8 @@ class _Sampling(_Kernel):
         w, cutoff = p.unit.w, p.unit.cutoff
         none = np.zeros(0, dtype=np.int64)
         if t == 0:
-            rows = np.flatnonzero(run.ledger.can(t, self.e_rel))
-            return rows, np.full(rows.size, self.e_rel, dtype=np.int64)
+            rows = run.ledger.can(t, self.e_rel).nonzero()[0]
+            return rows, run.same(self.e_rel, rows.size)
         if p.adaptive and t <= p.burn_in:
             return none, none
         in_window = self.fresh_at[:, max(0, t - w + 1):t].sum(axis=1)
@@ -540,17 +585,17 @@ class _Sampling(_Kernel):
         start_ok = start & (used + self.e_inst + self.e_rel <= ledger.cap)
         # runs that cannot start an instance drop theirs (REPUBLISH with instance=None)
         self.has_inst &= ~(start & ~start_ok)
-        ext_rows = np.flatnonzero(ext)
+        ext_rows = ext.nonzero()[0]
         ledger.extend(t, ext_rows, self.inst_end[ext_rows], self.e_inst)
         self.inst_end[ext_rows] = t
-        new_rows = np.flatnonzero(start_ok)
+        new_rows = start_ok.nonzero()[0]
         ledger.spend(t, new_rows, self.e_inst)
         if new_rows.size:
             self.rho[new_rows] = run.noise.laplace(new_rows, self.threshold_scale, None)
             self.has_inst[new_rows] = True
             self.inst_end[new_rows] = t
         q = ext | start_ok
-        rows = np.flatnonzero(q)
+        rows = q.nonzero()[0]
         if not rows.size:
             return none, none
         nu = run.noise.laplace(rows, self.query_scale, None)
@@ -558,13 +603,13 @@ class _Sampling(_Kernel):
         if p.adaptive:
             threshold = _ceil_threshold(self.thr[rows], p.population, self.cache)
         else:
-            threshold = np.full(rows.size, self.fixed_threshold, dtype=np.int64)
+            threshold = self.fixed_threshold
         if p.noise_floor:
             threshold = threshold + np.where(run.has_last[rows], self.floor, 0)
         above = d + nu - self.rho[rows] >= threshold
         fresh_rows = rows[above]
         self.has_inst[fresh_rows] = False
-        return fresh_rows, np.full(fresh_rows.size, self.e_rel, dtype=np.int64)
+        return fresh_rows, run.same(self.e_rel, fresh_rows.size)
 
     def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
         self.fresh_at[rows, t] = True
@@ -604,15 +649,13 @@ class _Kellaris(_Kernel):
 
         LPA's error is ``discrete_laplace_mean_abs(Δ/ε)``, which reads the scale as ``float(Δ/ε)``;
         ``Δ·unit.den / (e·unit.num)`` as an int true division is the same correctly rounded float."""
-        out = np.empty(units.size)
-        run = self.run
-        num = run.mech.sensitivity * run.unit.denominator
-        for i, u in enumerate(units.tolist()):
-            e = self.errors.get(u)
-            if e is None:
-                e = self.errors[u] = discrete_laplace_mean_abs(num / (u * run.unit.numerator)) * run.U
-            out[i] = e
-        return out
+        errors = self.errors
+        keys = units.tolist()
+        for u in set(keys).difference(errors):
+            run = self.run
+            num = run.mech.sensitivity * run.unit.denominator
+            errors[u] = discrete_laplace_mean_abs(num / (u * run.unit.numerator)) * run.U
+        return np.array([errors[u] for u in keys], dtype=np.float64)
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         run, w = self.run, self.p.unit.w
@@ -625,7 +668,7 @@ class _Kellaris(_Kernel):
             available = np.minimum(t - (self.last_pub + self.nullified), w)
             potential = self.share * available
             ok = active & run.ledger.can(t, self.e_test + potential)
-        rows = np.flatnonzero(ok)
+        rows = ok.nonzero()[0]
         none = np.zeros(0, dtype=np.int64)
         if not rows.size:
             return none, none
@@ -667,7 +710,7 @@ class _Pegasus(_Kernel):
         new = (self.size == 0) | ((self.size >= p.max_group) if p.max_group is not None else False)
         ok_new = new & ledger.can(t, self.e_p)
         test = ~new & ledger.can(t, self.e_g + self.e_p)
-        rows = np.flatnonzero(test)
+        rows = test.nonzero()[0]
         self.joined[:] = False
         if rows.size:
             ledger.spend(t, rows, self.e_g)
@@ -678,8 +721,8 @@ class _Pegasus(_Kernel):
             spread = self.err / np.sqrt(size.astype(np.float64))
             theta = run.U * spread + 2 * math.sqrt(run.U) * spread + self.test_term
             self.joined[rows] = noisy <= theta
-        fresh_rows = np.flatnonzero(ok_new | test)
-        return fresh_rows, np.full(fresh_rows.size, self.e_p, dtype=np.int64)
+        fresh_rows = (ok_new | test).nonzero()[0]
+        return fresh_rows, run.same(self.e_p, fresh_rows.size)
 
     def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
         joined = self.joined[rows]
@@ -708,14 +751,17 @@ class _Fast(_Kernel):
         self.last_sample = np.full(R, -1, dtype=np.int64)
         self.interval = np.full(R, policy.base_interval, dtype=np.int64)
         self.next_sample = np.zeros(R, dtype=np.int64)
-        self.errors: list[list[float]] = [[] for _ in range(R)]
+        # each run's last pid_window errors, oldest first, right-aligned: the unfilled slots on the
+        # left hold 0.0, which adds nothing to the sum (0 + 0.0 + … + e0 + e1 = sum((e0, e1)) exactly)
+        self.errors = np.zeros((R, policy.pid_window))
+        self.n_errors = np.zeros(R, dtype=np.int64)
         b = float(Fraction(policy.sensitivity) / policy.per_sample)
         self.r = 2.0 * b * b
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         ok = (t >= self.next_sample) & self.run.ledger.can(t, self.e)
-        rows = np.flatnonzero(ok)
-        return rows, np.full(rows.size, self.e, dtype=np.int64)
+        rows = ok.nonzero()[0]
+        return rows, self.run.same(self.e, rows.size)
 
     def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
         p, run, r = self.p, self.run, self.r
@@ -729,16 +775,25 @@ class _Fast(_Kernel):
         floor = run.U * math.sqrt(r / 2.0)
         change = np.maximum(0.0, np.abs(z - prior).sum(axis=1) - floor)
         error = np.where(first, 0.0, change / np.maximum(np.abs(posterior).sum(axis=1), 1.0))
-        for i, row in enumerate(rows.tolist()):  # the controller: scalar Python floats, as the policy
-            errs = (*self.errors[row], float(error[i]))[-p.pid_window:]
-            self.errors[row] = list(errs)
-            last = int(self.last_sample[row])
-            derivative = 0.0 if len(errs) < 2 or last < 0 else (errs[-1] - errs[-2]) / (t - last)
-            control = p.cp * errs[-1] + p.ci * sum(errs) / len(errs) + p.cd * derivative
-            step = p.theta * (1.0 - math.exp(min((control - p.xi) / p.xi, FAST_MAX_EXPONENT)))
-            interval = max(1, int(int(self.interval[row]) + step))
-            self.interval[row] = interval
-            self.next_sample[row] = t + interval
+        # the controller, over the runs with the policy's IEEE operations in its order (sum(errors) is
+        # the left-to-right sum; only exp is taken per run, with math.exp as the policy does)
+        errs = np.concatenate((self.errors[rows, 1:], error[:, None]), axis=1)
+        self.errors[rows] = errs
+        n = np.minimum(self.n_errors[rows] + 1, p.pid_window)
+        self.n_errors[rows] = n
+        last = self.last_sample[rows]
+        total = 0 + errs[:, 0]
+        for j in range(1, errs.shape[1]):
+            total = total + errs[:, j]
+        moved = (n >= 2) & (last >= 0)
+        derivative = np.where(moved, (errs[:, -1] - errs[:, -2]) / np.where(moved, t - last, 1), 0.0)
+        control = p.cp * errs[:, -1] + p.ci * total / n + p.cd * derivative
+        exponent = np.minimum((control - p.xi) / p.xi, FAST_MAX_EXPONENT)
+        step = p.theta * (1.0 - np.array([math.exp(x) for x in exponent.tolist()], dtype=np.float64))
+        # max(1, int(i + step)): int() truncates, and below 1 the interval is 1 either way
+        interval = np.maximum(1.0, self.interval[rows] + step).astype(np.int64)
+        self.interval[rows] = interval
+        self.next_sample[rows] = t + interval
         self.variance[rows] = variance
         self.last_sample[rows] = t
         return posterior
@@ -791,19 +846,22 @@ def run_vectorised(
     kept = np.zeros((runs, T, U)) if keep_published else None
     if kernel.published_float:
         run.last = run.last.astype(np.float64)
-    scale_num = mech.sensitivity * unit.denominator
+    scale_num = np.full(runs, mech.sensitivity * unit.denominator)
+    scale_num.flags.writeable = False
     scale_den = unit.numerator
+    chain = parse_chain(post)
+    truth = workload.truth
     for t in range(T):
         noise.begin(t)
         rows, eps = kernel.decide(t)
         if rows.size:
             ledger.spend(t, rows, eps)
             # LPA's scale Δ/ε with ε = e·unit: (Δ·unit.den) / (e·unit.num), reduced by the sampler
-            noisy = workload.truth[t] + noise.laplace_each(rows, np.full(rows.size, scale_num), eps * scale_den, U)
+            noisy = truth[t] + noise.laplace_each(rows, scale_num[:rows.size], eps * scale_den, U)
             out = kernel.after(t, rows, noisy, eps)
             run.last[rows] = out
             run.has_last[rows] = True
-            published[rows] = postprocess(post, out)
+            published[rows] = postprocess(post, out) if chain else out
             src[rows] = t
             fresh_eps[rows, t] = eps
         ledger.end_step(t)
@@ -848,7 +906,7 @@ def _run_schedule(policy: Any, mech: Any, workload: Workload, runs: int, noise: 
     ts = np.asarray(fresh_t, dtype=np.int64)
     es = np.asarray(fresh_e, dtype=np.int64)
     table = np.zeros((runs, ts.size + 1, U))  # the last row: the all-zero placeholder (index -1)
-    for e in np.unique(es).tolist():
+    for e in sorted(set(es.tolist())):  # np.unique's values and order (without importing numpy.ma, ~30 ms)
         idx = np.flatnonzero(es == e)
         scale = mech.scale(Fraction(e) * unit)
         z = noise.laplace(np.arange(runs * idx.size), scale, U).reshape(runs, idx.size, U)
