@@ -813,15 +813,15 @@ def _load_events(settings: Settings, path: Path, *, strict: bool, progress: bool
     def seal(final: bool) -> None:
         for cell in window.complete(frontier, final=final):
             data = window.take(cell)
-            if personal:
+            if personal:  # the rows themselves: each run routes them by its own coins
                 kept = data.bounded(bound)
                 kept_flat.append(np.asarray(kept.flat, dtype=np.int64))
                 kept_persons.append(kept.user_id)
-                counts = np.bincount(kept.flat, minlength=bins) if len(kept) else np.zeros(bins, dtype=np.int64)
+                report.bounded_out += len(data) - len(kept)
             else:
                 counts = data.counts(bins, bound)
-            report.bounded_out += len(data) - int(counts.sum())
-            hists.append(counts)
+                report.bounded_out += len(data) - int(counts.sum())
+                hists.append(counts)
             window.advance()
 
     def note(rej: Any) -> None:
@@ -858,7 +858,7 @@ def _load_events(settings: Settings, path: Path, *, strict: bool, progress: bool
     except CsvError as exc:
         raise InputError(str(exc)) from None
     report.accepted = pipe.stats.events_accepted
-    if not hists:
+    if not (kept_flat if personal else hists):
         raise InputError(f"{path}: no valid events, so no timesteps to evaluate ({report.summary()})")
     if personal:
         domain = settings.domain().size
