@@ -375,7 +375,8 @@
   }
   function renderSeries() {
     const [a, b] = st.sel, k = b - a + 1, u = unit();
-    $("sel-from").value = a; $("sel-to").value = b;
+    // every poll re-renders: never overwrite a field the user is typing in
+    for (const [id, v] of [["sel-from", a], ["sel-to", b]]) if (document.activeElement !== $(id)) $(id).value = v;
     $("selection").textContent = k === 1 ? u + " " + a + " (" + binLabel(a) + ")" : u + "s " + a + "–" + b + " (sum of " + k + ")";
     const pts = st.releases.slice(-SERIES_N).map((r) => {
       let v = 0, w = 0;

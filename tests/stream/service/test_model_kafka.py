@@ -52,7 +52,7 @@ def _feed(bootstrap: str, topic: str) -> None:
 
 def _run(broker, tmp_path, release):  # noqa: F811
     cfg = service_config(broker.bootstrap, tmp_path, seed=7, kafka={"topic_partitions": 1},
-                         privacy={"epsilon": 30, "population": 120}, release=release)
+                         privacy={"epsilon": 30, "population": 120, "cutoff": 6}, release=release)
     s = settings_from(cfg)
     with InProcessService(s) as svc:
         _feed(broker.bootstrap, s.kafka.input_topic)

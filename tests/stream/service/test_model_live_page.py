@@ -152,13 +152,22 @@ def test_live_page_shows_k_way_marginals_without_a_heat_map(tmp_path, monkeypatc
                 assert w.page.locator("#corr-panel").get_attribute("hidden") is not None
                 assert w.text("#accuracy") == "no interval claimed (consistent tables)"
                 assert "1 released table(s) of 2 or more attributes" in w.text("#chart-note")
-                r = w.shown_release()
+                for _ in range(20):  # the page and the release it claims to show, read at one moment
+                    before = w.text("#timestep")
+                    r = w.shown_release()
+                    bars = w.page.locator("#marginals rect.mbar").evaluate_all(
+                        "els => els.map(e => Number(e.getAttribute('data-count')))")
+                    if w.text("#timestep") == before:
+                        break
                 published = [c for t in r["model"]["marginals"][:2] for c in t["counts"]]
-                bars = w.page.locator("#marginals rect.mbar").evaluate_all(
-                    "els => els.map(e => Number(e.getAttribute('data-count')))")
                 assert bars == pytest.approx(published, abs=1e-9)
                 # cell 13 is the 2-way table's first cell (after 8 + 5 one-way cells)
                 w.page.fill("#sel-to", "13")
+                # the page re-renders on every poll: a field being typed in keeps what was typed
+                published_then = svc.published()
+                wait_for(lambda: svc.published() >= published_then + 2, 10, 0.05, "two more releases")
+                w.page.wait_for_timeout(500)  # at least two polls of 200 ms render them
+                assert w.page.input_value("#sel-to") == "13"
                 w.page.fill("#sel-from", "13")
                 w.page.dispatch_event("#select-form", "change")
                 wait_for(lambda: w.text("#selection") == "cell 13 (x 0–12.5, y 0–20)", 10, 0.1, "the 2-way cell")
