@@ -94,7 +94,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="compare release mechanisms instead of decision methods (issue 15): any of lpa, psd, copula, "
                         "copula-kendall, copula-mle, copula-median, marginals, marginals-1..3, run on the records "
                         "(the histogram is never built for copula/marginals) under one public schedule, --methods "
-                        "fixed (default) or uniform, at the config's epsilon and C; range-box and marginal queries")
+                        "fixed (default) or uniform, at the config's epsilon and C; or --methods dsat/dsft: the "
+                        "service's engine decides in front of each (histogram built); range-box and marginal queries")
     p.add_argument("--max-cells", type=_int_at_least(1), default=2_000_000,
                    help="--mechanisms: lpa and psd build the full histogram only up to this many cells; above, "
                         "they are skipped with the reason (default 2,000,000: psd peaked at 12 GiB on 1.7M cells)")
@@ -320,6 +321,7 @@ def _run_mechanisms(args: argparse.Namespace) -> int:
     from stream.config import ConfigError, load_settings
     from stream.lab.evaluate import EvaluationError, InputError
     from stream.lab.mechanisms import (
+        ENGINE_DECISIONS,
         SCHEDULES,
         evaluate_mechanisms,
         load_records,
@@ -332,9 +334,11 @@ def _run_mechanisms(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
         names = parse_mechanisms(args.mechanisms)
         schedule = (args.methods or "fixed").strip().lower()
-        if schedule not in SCHEDULES:
-            raise EvaluationError(f"with --mechanisms, --methods names the one public schedule every mechanism runs: "
-                                  f"{' or '.join(SCHEDULES)}, got {args.methods!r}")
+        if schedule not in (*SCHEDULES, *ENGINE_DECISIONS):
+            raise EvaluationError(f"with --mechanisms, --methods names the one decision every mechanism runs behind: "
+                                  f"a public schedule ({' or '.join(SCHEDULES)}) or the service's "
+                                  f"{' or '.join(ENGINE_DECISIONS)} (needs the histogram: --max-cells), "
+                                  f"got {args.methods!r}")
         if args.recommend or args.true_versions.strip():
             raise EvaluationError("--recommend and --true compare decision methods: drop them with --mechanisms")
         if args.input_kind == "counts":

@@ -25,6 +25,12 @@ for run ``r`` (drawer ``(stream.id, t, "release/<mechanism>")``), so runs are
 reproducible; the synthetic samples the models answer wide boxes with use
 their own drawers.
 
+With ``schedule`` one of :data:`ENGINE_DECISIONS` the decision is the service's: each mechanism
+runs as ``release.mechanism`` in ``settings.engine()`` (DSAT/DSFT with their distance test in the
+mechanism's decision space), stepped on the full histogram of each timestep with the drawers
+``replay --seed seed+r`` uses, and the lab answers the queries from the very model the engine
+released (:func:`_run_engine`). Only where the histogram fits (``max_cells``).
+
 Queries (public, :func:`stream.lab.highdim.query_workload`): ``queries`` random
 boxes of each kind ``range1``, ``range2``, ``range3`` (1, 2, 3 constrained
 attributes) and ``range_all`` (every attribute constrained), and every 1-way
@@ -77,6 +83,10 @@ MECHANISMS: dict[str, str] = {
 HISTOGRAM_MECHANISMS = frozenset({"lpa", "psd"})
 QUERY_KINDS = ("range1", "range2", "range3", "range_all", "marg1", "marg2")
 SCHEDULES = ("fixed", "uniform")
+#: data-dependent decisions that may run in front of a mechanism: the service's own engine decides
+#: (its distance test on the mechanism's decision space, ``docs/privacy.md`` §11.4), on the full
+#: histogram of every timestep (so the domain must have at most ``max_cells`` cells)
+ENGINE_DECISIONS = ("dsat", "dsft")
 DEFAULT_MAX_CELLS = 2_000_000  # PSD peaked at 12 GiB RSS on 1.7M cells (docs/results.md, issue 15)
 DEFAULT_SYNTHETIC = 100_000
 
@@ -383,6 +393,110 @@ def _schedule(settings: Settings, schedule: str, timesteps: int) -> list[Fractio
     return out
 
 
+# -- a decision method in front: the service's engine ----------------------------------
+
+
+class _Recorder:
+    """Stands in for a mechanism's DPCopula / KWayMarginals and keeps its last release, so the lab
+    answers queries from the model the engine published (not from its rounded message)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.last: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def release(self, *args: Any, **kwargs: Any) -> Any:
+        self.last = self.inner.release(*args, **kwargs)
+        return self.last
+
+
+def engine_settings(settings: Settings, name: str, decision: str) -> Settings:
+    """``settings`` with ``release.decision`` = ``decision`` and ``release.mechanism`` = the service's
+    form of lab mechanism ``name`` (the copula with the lab's public floor n₀ = 0.9 × population)."""
+    from stream.lab.evaluate import settings_with
+
+    release: dict[str, Any] = {"decision": decision, "copula": None, "marginals": None}
+    if name in HISTOGRAM_MECHANISMS:
+        release["mechanism"] = name
+    elif name.startswith("copula"):
+        pop = settings.privacy.population
+        release.update(mechanism="copula", copula={"correlation": name.partition("-")[2] or "kendall",
+                                                   "min_records": max(2, (9 * pop) // 10) if pop else 100})
+    else:
+        release.update(mechanism="marginals", marginals={"k": int(name.partition("-")[2] or 2)})
+    return settings_with(settings, {"release": release})
+
+
+@dataclass
+class _EngineRun:
+    """One run of a mechanism behind the engine's decision: what it published at each timestep."""
+
+    published: list[_Published]
+    kinds: list[str]
+    models: list[Any]
+    fresh: int
+    epsilon_spent: Fraction
+    max_window_spend: Fraction
+    seconds: float
+
+
+def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth, workload, tables,
+                rnd: Randomness, synthetic: int, progress: Callable[[int], None] | None = None) -> _EngineRun:
+    """Step the service's engine (``decision`` in front of mechanism ``name``) over the records'
+    histograms with ``replay``'s drawers; answers from each fresh release's own model."""
+    from dataclasses import replace
+
+    from controller.method import build_engine
+
+    s = engine_settings(settings, name, decision)
+    levels = truth.levels
+    cells = math.prod(levels)
+    mech: Any = s.mechanism()
+    recorder = None
+    if name.startswith("copula"):
+        recorder = _Recorder(mech.copula)
+        mech = replace(mech, copula=recorder)
+    elif name not in HISTOGRAM_MECHANISMS:
+        recorder = _Recorder(mech.kway)
+        mech = replace(mech, kway=recorder)
+    engine = build_engine(s.method_spec(), mech, cells)
+    state = engine.initial_state()
+    stream_id = s.stream.id
+    published = _publish(_Zeros(levels), workload, tables)
+    out = _EngineRun([], [], [], 0, Fraction(0), Fraction(0), 0.0)
+    for t, x in enumerate(truth.records):
+        flat = np.ravel_multi_index(tuple(x.T), levels) if x.shape[0] else np.zeros(0, np.int64)
+        counts = np.bincount(flat, minlength=cells).astype(np.int64)
+        start = time.process_time()
+        release, state = engine.step(state, counts, rnd.drawer(stream_id, t, "release"))
+        model = None
+        if release.kind == "fresh":
+            syn = rnd.drawer(stream_id, t, f"synthetic/{name}")
+            if recorder is None:
+                answers: _Answers = _HistogramAnswers(np.asarray(release.counts), levels)
+            elif name.startswith("copula"):
+                model = recorder.last.model
+                answers = _CopulaAnswers(model, model.sample(synthetic, syn))
+            else:
+                model = recorder.last
+                answers = _KWayAnswers(model, model.synthesize(synthetic, syn) if model.max_order >= 2 else None,
+                                       levels)
+            published = _publish(answers, workload, tables)
+            out.fresh += 1
+        out.seconds += time.process_time() - start
+        out.published.append(published)
+        out.kinds.append(release.kind)
+        out.models.append(model)
+        window = release.window_spend if release.window_spend is not None else release.epsilon_spent
+        out.max_window_spend = max(out.max_window_spend, Fraction(window))
+        out.epsilon_spent = Fraction(release.epsilon_spent)
+        if progress is not None:
+            progress(1)
+    return out
+
+
 # -- the evaluation -----------------------------------------------------------------
 
 
@@ -445,8 +559,10 @@ def evaluate_mechanisms(
     from stream.lab.highdim import query_workload
 
     names = parse_mechanisms(",".join(mechanisms)) if not isinstance(mechanisms, str) else parse_mechanisms(mechanisms)
-    if schedule not in SCHEDULES:
-        raise EvaluationError(f"the schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if schedule not in (*SCHEDULES, *ENGINE_DECISIONS):
+        raise EvaluationError(f"the schedule must be one of {', '.join((*SCHEDULES, *ENGINE_DECISIONS))}, "
+                              f"got {schedule!r}")
+    engine_path = schedule in ENGINE_DECISIONS
     if runs < 1 or queries < 1 or synthetic < 1:
         raise EvaluationError("--runs, --queries and the synthetic sample size must be >= 1")
     levels = truth.levels
@@ -455,17 +571,34 @@ def evaluate_mechanisms(
     m = len(levels)
     tables = [(j,) for j in range(m)] + list(combinations(range(m), 2))
     truths = [_truth(x, levels, workload, tables) for x in truth.records]
-    plan = _schedule(settings, schedule, truth.timesteps)
+    plan = None if engine_path else _schedule(settings, schedule, truth.timesteps)
     stream_id = settings.stream.id
     methods: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     for name in names:
-        if name in HISTOGRAM_MECHANISMS and cells > max_cells:
-            skipped[name] = (f"the domain has {cells:,} cells, more than --max-cells {max_cells:,}: {name} needs "
+        if (name in HISTOGRAM_MECHANISMS or engine_path) and cells > max_cells:
+            why = f"{schedule} decides on" if engine_path else f"{name} needs"
+            skipped[name] = (f"the domain has {cells:,} cells, more than --max-cells {max_cells:,}: {why} "
                              "the full histogram (raise --max-cells if it fits in memory)")
             continue
-        release = _releaser(name, settings, levels, synthetic)
         per_run = []
+        if engine_path:
+            for r in range(runs):
+                run = _run_engine(settings, name, schedule, truth, workload, tables, Randomness.seeded(seed + r),
+                                  synthetic, progress)
+                sums: dict[str, float] = {}
+                for t, pub in enumerate(run.published):
+                    for k, v in _errors(pub, truths[t], workload, sanity).items():
+                        sums[k] = sums.get(k, 0.0) + v
+                row = {k: v / truth.timesteps for k, v in sums.items()}
+                row.update(fresh_releases=float(run.fresh), epsilon_spent=float(run.epsilon_spent),
+                           max_window_spend=float(run.max_window_spend),
+                           cpu_seconds_per_release=run.seconds / max(1, run.fresh))
+                per_run.append(row)
+            methods[name] = {**summarise(per_run, settings.release.confidence), "what": MECHANISMS[name]}
+            continue
+        assert plan is not None
+        release = _releaser(name, settings, levels, synthetic)
         for r in range(runs):
             rnd = Randomness.seeded(seed + r)
             acc = accountant_for(settings.unit())
@@ -500,7 +633,10 @@ def evaluate_mechanisms(
         "records_per_timestep": float(np.mean([x.shape[0] for x in truth.records])),
         "runs": runs,
         "queries_per_kind": queries,
-        "schedule": {"name": schedule, "fresh_epsilon": [None if e is None else str(e) for e in plan]},
+        "schedule": {"name": schedule, "fresh_epsilon": None if plan is None else
+                     [None if e is None else str(e) for e in plan],
+                     **({"decided_by": "the service's engine (data-dependent; ε per release in each run)"}
+                        if engine_path else {})},
         "methods": methods,
         "skipped": skipped,
         "references": {"zero-release": {**zero_release(truths, workload, levels, tables, sanity), "private": True,

@@ -136,8 +136,57 @@ def test_cli(highdim, tmp_path, capsys):
     assert (tmp_path / "z.png").stat().st_size > 1000
     assert main([*args, "--mechanisms", "lpa,kway"]) == 2
     assert "unknown mechanism" in capsys.readouterr().err
-    assert main([*args, "--mechanisms", "lpa", "--methods", "dsat"]) == 2
+    assert main([*args, "--mechanisms", "lpa", "--methods", "bd"]) == 2
     assert "fixed or uniform" in capsys.readouterr().err
+    assert main([*args, "--mechanisms", "lpa", "--methods", "dsat", "--max-cells", "1000"]) == 0
+    assert "dsat decides on the full histogram" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, decision, changes, mixed", [
+    ("copula-median", "dsft", {"release": {"threshold": 0.5}, "privacy": {"epsilon": 50}}, True),
+    ("marginals", "dsft", {"release": {"threshold": 1.5}, "privacy": {"epsilon": 50}}, True),
+    ("lpa", "dsat", {}, False),  # 3,000 people over 1.7M cells: every timestep differs by ~2n
+])
+def test_a_decision_in_front_publishes_what_the_service_publishes(highdim, name, decision, changes, mixed):
+    """--methods dsat/dsft: the service's engine decides; each run's kinds and models are replay --seed's."""
+    from itertools import combinations
+
+    from histogram.noise import Randomness
+    from stream.lab.mechanisms import _run_engine, engine_settings
+    from stream.lab.replay import replay
+
+    s = settings_with(load_settings(highdim / "config.yaml"), changes) if changes else load_settings(
+        highdim / "config.yaml")
+    rec = load_records(s, highdim / "events.csv")
+    m = len(rec.levels)
+    tables = [(j,) for j in range(m)] + list(combinations(range(m), 2))
+    run = _run_engine(s, name, decision, rec, query_workload(rec.levels, 5, 0), tables, Randomness.seeded(3), 500)
+    seeded = settings_with(engine_settings(s, name, decision), {"randomness": {"seed": 3, "allow_seeded_noise": True}})
+    messages = []
+    replay(seeded, highdim / "events.csv", None, on_release=lambda r: messages.append(json.loads(r.payload)))
+    assert [msg["kind"] for msg in messages] == run.kinds
+    assert run.kinds[0] == "fresh" and run.fresh == run.kinds.count("fresh")
+    assert ("republished" in run.kinds) == mixed  # where it republishes, a lab that always refreshed would fail
+    for msg, model in zip(messages, run.models, strict=True):
+        if msg["kind"] != "fresh":
+            assert model is None
+        elif name == "copula-median":
+            assert msg["model"]["correlation"] == (np.round(model.correlation, 6) + 0.0).tolist()
+        elif name == "marginals":
+            assert msg["model"]["total"] == round(model.total, 6)
+    assert run.epsilon_spent == Fraction(messages[-1]["epsilon_spent_exact"])
+
+
+def test_dsat_in_front_runs_through_evaluate(highdim):
+    s = load_settings(highdim / "config.yaml")
+    rec = load_records(s, highdim / "events.csv")
+    r = evaluate_mechanisms(s, rec, ["copula", "marginals"], runs=1, queries=10, synthetic=500, schedule="dsat")
+    assert r["schedule"]["name"] == "dsat" and r["schedule"]["fresh_epsilon"] is None
+    for row in r["methods"].values():
+        assert 1 <= row["fresh_releases"] <= rec.timesteps
+        assert row["max_window_spend"] <= float(s.privacy.epsilon) + 1e-12
+    skipped = evaluate_mechanisms(s, rec, ["copula"], runs=1, queries=10, schedule="dsft", max_cells=100)
+    assert "dsft decides on the full histogram" in skipped["skipped"]["copula"]
 
 
 def test_zero_release_reference_is_the_truth_itself(highdim):
