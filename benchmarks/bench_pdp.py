@@ -134,22 +134,13 @@ def population(name: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray,
 
 
 def budgets(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Budget numerators over GRID (int64), drawn independently of the records."""
-    if kind == "uniform":
-        x = rng.uniform(0.01, 0.1, n)
-    elif kind == "normal":  # N(0.1, 1) truncated to [0.01, 1] by redrawing
-        x = rng.normal(0.1, 1.0, n)
-        bad = (x < 0.01) | (x > 1.0)
-        while bad.any():
-            x[bad] = rng.normal(0.1, 1.0, int(bad.sum()))
-            bad = (x < 0.01) | (x > 1.0)
-    elif kind == "normal-clipped":
-        x = np.clip(rng.normal(0.1, 1.0, n), 0.01, 1.0)
-    elif kind == "tiers":
-        x = rng.choice([0.01, 0.05, 0.1], size=n, p=[0.2, 0.5, 0.3])
-    else:
+    """Budget numerators over GRID (int64), drawn independently of the records
+    (:func:`stream.lab.generate.budget_units`, the laws ``dpstream generate --budgets`` draws)."""
+    from stream.lab.generate import budget_units
+
+    if kind not in BUDGETS:
         raise ValueError(f"unknown budget distribution {kind!r}; choose from {BUDGETS}")
-    return np.maximum(np.floor(np.round(x * GRID, 6)).astype(np.int64), int(0.01 * GRID))
+    return budget_units(kind, n, rng, GRID)
 
 
 def sweep(levels: BudgetLevels) -> list[Fraction]:

@@ -53,6 +53,7 @@ __all__ = [
     "default_cutoff",
     "BUDGET_LAWS",
     "draw_budgets",
+    "budget_units",
 ]
 
 #: ``--budgets``: per-person ε laws of thesis §5.3 (uniform on [0.01, 0.1]; N(0.1, 1) truncated to
@@ -219,6 +220,28 @@ def census_stream(
         yield Chunk(t, ids, codes[:, :dimensions])
 
 
+def budget_units(law: str, n: int, rng: np.random.Generator, grid: int) -> np.ndarray:
+    """``n`` budgets drawn from ``law`` as numerators over ``grid`` (int64, floored, at least 0.01).
+
+    Laws: :data:`BUDGET_LAWS`, and ``normal-clipped`` (N(0.1, 1) clipped to [0.01, 1]: most people
+    at the ends; an earlier reading of the thesis, kept for ``benchmarks/bench_pdp.py``)."""
+    if law == "uniform":
+        x = rng.uniform(0.01, 0.1, n)
+    elif law == "normal":  # N(0.1, 1) truncated to [0.01, 1] by redrawing (thesis §5.3)
+        x = rng.normal(0.1, 1.0, n)
+        bad = (x < 0.01) | (x > 1.0)
+        while bad.any():
+            x[bad] = rng.normal(0.1, 1.0, int(bad.sum()))
+            bad = (x < 0.01) | (x > 1.0)
+    elif law == "normal-clipped":
+        x = np.clip(rng.normal(0.1, 1.0, n), 0.01, 1.0)
+    elif law == "tiers":
+        x = rng.choice([0.01, 0.05, 0.1], size=n, p=[0.2, 0.5, 0.3])
+    else:
+        raise ValueError(f"unknown budget law {law!r}; choose from {', '.join((*BUDGET_LAWS, 'normal-clipped'))}")
+    return np.maximum(np.floor(np.round(x * grid, 6)).astype(np.int64), grid // 100)
+
+
 def draw_budgets(persons: np.ndarray, law: str, seed: int, grid: int = 100) -> tuple[list[str], dict[str, str]]:
     """Each person's tier under ``law`` (:data:`BUDGET_LAWS`), drawn independently of their records.
 
@@ -230,19 +253,7 @@ def draw_budgets(persons: np.ndarray, law: str, seed: int, grid: int = 100) -> t
         raise ValueError(f"--budgets must be one of {', '.join(BUDGET_LAWS)}, got {law!r}")
     if not 100 <= grid <= 10_000 or grid % 100:
         raise ValueError(f"--budget-grid must be a multiple of 100 in [100, 10000], got {grid}")
-    rng = np.random.default_rng([seed, 0xB0D6E7])
-    n = int(persons.size)
-    if law == "uniform":
-        x = rng.uniform(0.01, 0.1, n)
-    elif law == "normal":  # N(0.1, 1) truncated to [0.01, 1] by redrawing (thesis §5.3)
-        x = rng.normal(0.1, 1.0, n)
-        bad = (x < 0.01) | (x > 1.0)
-        while bad.any():
-            x[bad] = rng.normal(0.1, 1.0, int(bad.sum()))
-            bad = (x < 0.01) | (x > 1.0)
-    else:
-        x = rng.choice([0.01, 0.05, 0.1], size=n, p=[0.2, 0.5, 0.3])
-    units = np.maximum(np.floor(np.round(x * grid, 6)).astype(np.int64), grid // 100)
+    units = budget_units(law, int(persons.size), np.random.default_rng([seed, 0xB0D6E7]), grid)
     digits = len(str(grid)) - 1
 
     def name(u: int) -> str:

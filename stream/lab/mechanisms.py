@@ -393,6 +393,38 @@ def _schedule(settings: Settings, schedule: str, timesteps: int) -> list[Fractio
     return out
 
 
+def _run_schedule(settings: Settings, name: str, plan: list[Fraction | None], release: Releaser,
+                  truth: RecordTruth, workload, tables, rnd: Randomness,
+                  progress: Callable[[int], None] | None = None) -> _Run:
+    """Mechanism ``name`` behind the public schedule ``plan``, from the records (no histogram)."""
+    from controller.policies.baselines import accountant_for
+
+    acc = accountant_for(settings.unit())
+    stream_id = settings.stream.id
+    published = _publish(_Zeros(truth.levels), workload, tables)
+    out = _Run([], [], [], 0, Fraction(0), Fraction(0), 0.0)
+    for t, x in enumerate(truth.records):
+        eps = plan[t]
+        kind = "republished"
+        if eps is not None and acc.can_spend(t, eps):
+            acc.spend(t, eps, f"{name} release")  # charged before any noise is drawn
+            start = time.process_time()
+            answers = release(x, eps, rnd.drawer(stream_id, t, f"release/{name}"),
+                              rnd.drawer(stream_id, t, f"synthetic/{name}"))
+            out.seconds += time.process_time() - start
+            published = _publish(answers, workload, tables)
+            out.fresh += 1
+            out.max_window_spend = max(out.max_window_spend, acc.window_spend(t))
+            kind = "fresh"
+        out.published.append(published)
+        out.kinds.append(kind)
+        out.models.append(None)
+        if progress is not None:
+            progress(1)
+    out.epsilon_spent = acc.spent
+    return out
+
+
 # -- a decision method in front: the service's engine ----------------------------------
 
 
@@ -430,8 +462,9 @@ def engine_settings(settings: Settings, name: str, decision: str) -> Settings:
 
 
 @dataclass
-class _EngineRun:
-    """One run of a mechanism behind the engine's decision: what it published at each timestep."""
+class _Run:
+    """One run of a mechanism (behind a schedule or the engine's decision): what it published at
+    each timestep, and its ledger's figures."""
 
     published: list[_Published]
     kinds: list[str]
@@ -443,7 +476,7 @@ class _EngineRun:
 
 
 def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth, workload, tables,
-                rnd: Randomness, synthetic: int, progress: Callable[[int], None] | None = None) -> _EngineRun:
+                rnd: Randomness, synthetic: int, progress: Callable[[int], None] | None = None) -> _Run:
     """Step the service's engine (``decision`` in front of mechanism ``name``) over the records'
     histograms with ``replay``'s drawers; answers from each fresh release's own model."""
     from dataclasses import replace
@@ -465,7 +498,7 @@ def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth
     state = engine.initial_state()
     stream_id = s.stream.id
     published = _publish(_Zeros(levels), workload, tables)
-    out = _EngineRun([], [], [], 0, Fraction(0), Fraction(0), 0.0)
+    out = _Run([], [], [], 0, Fraction(0), Fraction(0), 0.0)
     for t, x in enumerate(truth.records):
         flat = np.ravel_multi_index(tuple(x.T), levels) if x.shape[0] else np.zeros(0, np.int64)
         counts = np.bincount(flat, minlength=cells).astype(np.int64)
@@ -555,7 +588,6 @@ def evaluate_mechanisms(
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Every mechanism, ``runs`` times, on the same records, queries, schedule and ε (the JSON result)."""
-    from controller.policies.baselines import accountant_for
     from stream.lab.highdim import query_workload
 
     names = parse_mechanisms(",".join(mechanisms)) if not isinstance(mechanisms, str) else parse_mechanisms(mechanisms)
@@ -572,7 +604,6 @@ def evaluate_mechanisms(
     tables = [(j,) for j in range(m)] + list(combinations(range(m), 2))
     truths = [_truth(x, levels, workload, tables) for x in truth.records]
     plan = None if engine_path else _schedule(settings, schedule, truth.timesteps)
-    stream_id = settings.stream.id
     methods: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     for name in names:
@@ -581,48 +612,23 @@ def evaluate_mechanisms(
             skipped[name] = (f"the domain has {cells:,} cells, more than --max-cells {max_cells:,}: {why} "
                              "the full histogram (raise --max-cells if it fits in memory)")
             continue
+        release = None if engine_path else _releaser(name, settings, levels, synthetic)
         per_run = []
-        if engine_path:
-            for r in range(runs):
-                run = _run_engine(settings, name, schedule, truth, workload, tables, Randomness.seeded(seed + r),
-                                  synthetic, progress)
-                sums: dict[str, float] = {}
-                for t, pub in enumerate(run.published):
-                    for k, v in _errors(pub, truths[t], workload, sanity).items():
-                        sums[k] = sums.get(k, 0.0) + v
-                row = {k: v / truth.timesteps for k, v in sums.items()}
-                row.update(fresh_releases=float(run.fresh), epsilon_spent=float(run.epsilon_spent),
-                           max_window_spend=float(run.max_window_spend),
-                           cpu_seconds_per_release=run.seconds / max(1, run.fresh))
-                per_run.append(row)
-            methods[name] = {**summarise(per_run, settings.release.confidence), "what": MECHANISMS[name]}
-            continue
-        assert plan is not None
-        release = _releaser(name, settings, levels, synthetic)
         for r in range(runs):
             rnd = Randomness.seeded(seed + r)
-            acc = accountant_for(settings.unit())
-            published = _publish(_Zeros(levels), workload, tables)
+            if release is None:
+                run = _run_engine(settings, name, schedule, truth, workload, tables, rnd, synthetic, progress)
+            else:
+                assert plan is not None
+                run = _run_schedule(settings, name, plan, release, truth, workload, tables, rnd, progress)
             sums: dict[str, float] = {}
-            fresh, seconds, peak = 0, 0.0, Fraction(0)
-            for t, x in enumerate(truth.records):
-                eps = plan[t]
-                if eps is not None and acc.can_spend(t, eps):
-                    acc.spend(t, eps, f"{name} release")  # charged before any noise is drawn
-                    start = time.process_time()
-                    answers = release(x, eps, rnd.drawer(stream_id, t, f"release/{name}"),
-                                      rnd.drawer(stream_id, t, f"synthetic/{name}"))
-                    seconds += time.process_time() - start
-                    published = _publish(answers, workload, tables)
-                    fresh += 1
-                    peak = max(peak, acc.window_spend(t))
-                for k, v in _errors(published, truths[t], workload, sanity).items():
+            for t, pub in enumerate(run.published):
+                for k, v in _errors(pub, truths[t], workload, sanity).items():
                     sums[k] = sums.get(k, 0.0) + v
-                if progress is not None:
-                    progress(1)
             row = {k: v / truth.timesteps for k, v in sums.items()}
-            row.update(fresh_releases=float(fresh), epsilon_spent=float(acc.spent),
-                       max_window_spend=float(peak), cpu_seconds_per_release=seconds / max(1, fresh))
+            row.update(fresh_releases=float(run.fresh), epsilon_spent=float(run.epsilon_spent),
+                       max_window_spend=float(run.max_window_spend),
+                       cpu_seconds_per_release=run.seconds / max(1, run.fresh))
             per_run.append(row)
         methods[name] = {**summarise(per_run, settings.release.confidence), "what": MECHANISMS[name]}
     result: dict[str, Any] = {
