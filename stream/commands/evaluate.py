@@ -199,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_mechanisms(args)
     try:
         settings = load_resolved(args.config)
+        model_release_refusal(settings, args)
         if args.recommend:
             from stream.lab.recommend import candidates
 
@@ -311,6 +312,30 @@ def run(args: argparse.Namespace) -> int:
             _err(f"cannot write {args.plot}: {exc.strerror or exc}")
             return EXIT_USAGE
     return EXIT_OK
+
+
+def model_release_refusal(settings: Any, args: argparse.Namespace) -> None:
+    """Plain ``evaluate`` compares decision methods on histograms; a model release is evaluated
+    with ``--mechanisms`` (range-box and marginal queries answered from the released model).
+
+    Raises:
+        EvaluationError: the configuration's ``release.mechanism`` is ``copula`` or ``marginals``;
+            the message names the ``--mechanisms`` command that evaluates it.
+    """
+    from stream.lab.evaluate import EvaluationError
+
+    release = settings.release
+    if release.mechanism not in ("copula", "marginals"):
+        return
+    if release.mechanism == "copula":
+        name = "copula-" + (release.copula.correlation if release.copula is not None else "kendall")
+    else:
+        name = f"marginals-{release.marginals.k if release.marginals is not None else 2}"
+    decision = release.decision if release.decision in ("dsat", "dsft") else "fixed"
+    raise EvaluationError(
+        f"release.mechanism: {release.mechanism} releases a model, not a histogram, and plain evaluate compares "
+        f"decision methods on histograms: run 'dpstream evaluate --config {args.config} --input {args.input} "
+        f"--mechanisms {name} --methods {decision}' (--methods fixed, uniform, dsat or dsft)")
 
 
 def _run_mechanisms(args: argparse.Namespace) -> int:
