@@ -44,7 +44,7 @@ from histogram.marginals.kway import KWayMarginals
 from histogram.mechanism import NoisyHistogram
 from histogram.noise import NoiseDrawer, discrete_laplace_half_width, discrete_laplace_mean_abs
 
-__all__ = ["MarginalView", "CopulaModelMechanism", "KWayModelMechanism", "MAX_SYNTHETIC"]
+__all__ = ["MarginalView", "CopulaModelMechanism", "KWayModelMechanism", "COPULA_DECISION_SPACES", "MAX_SYNTHETIC"]
 
 #: the largest synthetic sample a model release carries (records; each is one int per attribute)
 MAX_SYNTHETIC = 10_000
@@ -142,6 +142,10 @@ def _synthetic_size(value: int) -> int:
     return value
 
 
+#: the decision spaces of a copula release (``release.copula.decision_space``, ``docs/privacy.md`` §11.4)
+COPULA_DECISION_SPACES = ("pairwise", "one-way")
+
+
 @dataclass(frozen=True)
 class CopulaModelMechanism:
     """DPCopula published as a model: one-way noisy marginal counts, correlation matrix, optional sample.
@@ -150,26 +154,38 @@ class CopulaModelMechanism:
         copula: the DPCopula configuration (levels, correlation estimator, ratio, n₀, c).
         synthetic_size: records sampled from the released copula into the message (0 = none).
         confidence: the probability the marginal counts' half-width refers to.
+        decision_space: what the decision stage compares. ``pairwise`` (default): every one-way
+            table and every two-way table, so a change of dependence alone (marginals fixed, a
+            correlation flipped) moves the distance; ``one-way``: the one-way tables only.
 
     ``counts`` of a release are the noisy integer one-way counts (the view's order: attribute 0's
-    levels first); their half-width is the discrete Laplace interval of scale ``c·m/ε₁``.
-    ``sensitivity`` is the decision space's Δ = c·m (the release itself is ε-DP for one person
-    with up to c records, §11.1).
+    levels first), their half-width the discrete Laplace interval of scale ``c·m/ε₁``; with
+    ``pairwise`` they are followed by the released model's two-way tables (``total`` × the
+    copula's cell probabilities: computed from the release, post-processing, no interval claimed).
+    ``sensitivity`` is the decision space's Δ = c × tables (c·m one-way, c·(m + m(m−1)/2)
+    pairwise); the release itself is ε-DP for one person with up to c records (§11.1).
     """
 
     copula: DPCopula
     synthetic_size: int = 0
     confidence: float = 0.95
+    decision_space: str = "pairwise"
     name: str = "copula"
 
     def __post_init__(self) -> None:
         _synthetic_size(self.synthetic_size)
         if not 0 < self.confidence < 1:
             raise MechanismError(f"confidence must lie strictly between 0 and 1, got {self.confidence}")
+        if self.decision_space not in COPULA_DECISION_SPACES:
+            raise MechanismError(f"decision_space must be one of {', '.join(COPULA_DECISION_SPACES)}, "
+                                 f"got {self.decision_space!r}")
 
     @property
     def view(self) -> MarginalView:
-        return MarginalView.one_way(self.copula.levels, self.copula.sensitivity)
+        levels, c = self.copula.levels, self.copula.sensitivity
+        if self.decision_space == "one-way" or len(levels) < 2:
+            return MarginalView.one_way(levels, c)
+        return MarginalView.up_to(levels, 2, c)
 
     @property
     def sensitivity(self) -> int:
@@ -184,8 +200,14 @@ class CopulaModelMechanism:
         true = _check_counts(counts, self.bins)
         rel = self.copula.release(records_of_counts(true, self.copula.levels), Fraction(epsilon), noise)
         vector = np.concatenate([np.asarray(v, dtype=np.int64) for v in rel.marginal_counts])
+        width = np.broadcast_to(np.float64(discrete_laplace_half_width(
+            self.copula.marginal_scale(Fraction(epsilon)), self.confidence)), vector.shape)
+        pairs = [s for s in self.view.subsets if len(s) == 2]
+        if pairs:  # the model's two-way tables: functions of the release (post-processing)
+            implied = [np.round(rel.model.marginal(s).ravel(), DECIMALS) + 0.0 for s in pairs]
+            vector = np.concatenate([vector.astype(np.float64), *implied])
+            width = np.concatenate([width, np.full(vector.size - width.size, np.inf)])
         vector.setflags(write=False)
-        width = discrete_laplace_half_width(self.copula.marginal_scale(Fraction(epsilon)), self.confidence)
         synthetic = rel.model.sample(self.synthetic_size, noise).tolist() if self.synthetic_size else None
         model = {
             "kind": "gaussian-copula",
@@ -194,8 +216,7 @@ class CopulaModelMechanism:
             "total": round(float(rel.model.total), DECIMALS),
             "synthetic": synthetic,
         }
-        return NoisyHistogram(vector, rel.epsilon, np.broadcast_to(np.float64(width), vector.shape),
-                              self.confidence, {"model": model})
+        return NoisyHistogram(vector, rel.epsilon, width, self.confidence, {"model": model})
 
     def expected_abs_error(self, epsilon: Fraction, bins: int = 1) -> float:
         """Mean |noise| of one released marginal count (public)."""

@@ -369,9 +369,13 @@ class CopulaSection(_Section):
     public floor n₀ on the records per timestep in Kendall's sensitivity 4/(n₀+1) (default: the
     declared ``privacy.population``; never the data's n). ``synthetic_size``: records sampled from
     the released copula into each fresh message (0 = none). ``partitions``: the ``mle`` estimator's parts.
+    ``decision_space``: what DSAT/DSFT compare (§11.4): ``pairwise`` (default) every one-way and
+    two-way table, so a change of correlation alone triggers a fresh release; ``one-way`` the
+    one-way tables only (the behaviour, and the fingerprint, of streams from before the setting).
     """
 
     correlation: Literal["kendall", "mle", "median"] = "kendall"
+    decision_space: Literal["pairwise", "one-way"] = "pairwise"
     budget_split: Exact = Fraction(8)
     min_records: int | None = Field(default=None, ge=2)
     synthetic_size: int = Field(default=0, ge=0, le=MAX_SYNTHETIC)
@@ -770,7 +774,8 @@ class Settings(BaseSettings):
         """
         r, m = self.release, len(self.schema_.attributes)
         if r.mechanism == "copula":
-            return m
+            pairwise = (r.copula or CopulaSection()).decision_space == "pairwise" and m >= 2
+            return m + comb(m, 2) if pairwise else m
         if r.mechanism == "marginals":
             k = (r.marginals or MarginalsSection()).k
             return sum(comb(m, i) for i in range(1, min(k, m) + 1))
@@ -870,7 +875,7 @@ class Settings(BaseSettings):
                     "release.copula.min_records: 2 or more")
             copula = DPCopula(levels, opts.correlation, opts.budget_split, floor, opts.partitions,
                               sensitivity=p.contribution_bound)
-            return CopulaModelMechanism(copula, opts.synthetic_size, r.confidence)
+            return CopulaModelMechanism(copula, opts.synthetic_size, r.confidence, opts.decision_space)
         opts_m = r.marginals or MarginalsSection()
         return KWayModelMechanism(KWayMarginals(levels, opts_m.k, sensitivity=p.contribution_bound),
                                   opts_m.consistency, opts_m.synthetic_size, r.confidence)
@@ -958,6 +963,11 @@ class Settings(BaseSettings):
                 view.pop(name, None)
                 if self.release.mechanism == name:  # the effective options, defaults included
                     view[name] = defaults[name]().model_dump(mode="json")
+        copula = view.get("copula")
+        if copula is not None and copula.get("decision_space") == "one-way":
+            # the one-way decision is what streams from before the setting ran: they keep their
+            # fingerprint by setting it; left unset, the pairwise default is a changed stream (refused)
+            del copula["decision_space"]
         return view
 
     def fingerprint(self) -> str:

@@ -241,8 +241,9 @@ class SyntheticSample(_Model):
 class ModelInfo(_Model):
     """The released model.
 
-    ``gaussian-copula`` (DPCopula): one-way tables of every attribute and the latent normal's
-    ``correlation`` matrix (rows and columns in domain attribute order; symmetric, positive
+    ``gaussian-copula`` (DPCopula): one-way tables of every attribute (and, with
+    ``release.copula.decision_space: pairwise``, the released model's two-way tables: computed
+    from the release, no interval claimed) and the latent normal's ``correlation`` matrix (rows and columns in domain attribute order; symmetric, positive
     definite, unit diagonal) with the estimator that produced it. ``kway-marginals``: every table
     of 1..``max_order`` attributes; ``correlation`` null. ``total`` is the DP estimate of the
     number of records. ``synthetic`` (null unless configured) is a sample from the model.

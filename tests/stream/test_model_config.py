@@ -34,8 +34,25 @@ def test_copula_settings_build_the_copula_model_mechanism():
     c = mech.copula
     assert (c.variant, c.ratio, c.min_records, c.levels, mech.synthetic_size) == ("median", 4, 50, (3, 4, 2), 20)
     spec = s.method_spec()
-    assert spec.sensitivity == 3 and spec.population == 100 * 3  # c × m tables; T per table
-    assert s.engine().released_bins == 9
+    # the pairwise decision space (default): 3 one-way + 3 two-way tables; T per table
+    assert mech.decision_space == "pairwise" and mech.view.tables == 6
+    assert spec.sensitivity == 6 and spec.population == 100 * 6
+    assert s.engine().released_bins == 9 + (3 * 4 + 3 * 2 + 4 * 2)
+    one_way = _settings({"decision": "dsat", "mechanism": "copula", "copula": {"decision_space": "one-way"}})
+    spec = one_way.method_spec()
+    assert spec.sensitivity == 3 and spec.population == 100 * 3  # c × m tables
+    assert one_way.engine().released_bins == 9
+
+
+def test_copula_decision_space_and_the_fingerprint():
+    """one-way keeps the fingerprint streams had before the setting; pairwise (the default) is a
+    changed stream, so a restart of an old one-way stream without the setting is refused."""
+    base = {"decision": "dsat", "mechanism": "copula", "copula": {"correlation": "kendall"}}
+    before = _settings(base).privacy_view()["release"]["copula"]
+    one_way = _settings({**base, "copula": {"correlation": "kendall", "decision_space": "one-way"}})
+    assert "decision_space" not in one_way.privacy_view()["release"]["copula"]
+    assert before["decision_space"] == "pairwise"
+    assert one_way.fingerprint() != _settings(base).fingerprint()
 
 
 def test_copula_n_floor_defaults_to_the_declared_population():

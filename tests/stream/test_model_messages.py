@@ -77,7 +77,15 @@ def test_model_releases_validate_and_histogram_consumers_tell_them_apart(case):
         if model["kind"] == "gaussian-copula":
             corr = np.array(model["correlation"])
             assert corr.shape == (2, 2) and np.allclose(corr, corr.T) and np.allclose(np.diag(corr), 1)
-            assert doc["accuracy"]["half_width"] > 0 and doc["accuracy"]["confidence"] == 0.95
+            # the noisy one-way counts have their interval; the model's two-way table (pairwise
+            # decision space, the default) is computed from the release and claims none
+            widths = doc["accuracy"]["half_width"]
+            one_way = levels[0] + levels[1]
+            assert len(widths) == one_way + levels[0] * levels[1] and doc["accuracy"]["confidence"] == 0.95
+            assert all(w > 0 for w in widths[:one_way]) and all(w is None for w in widths[one_way:])
+            assert shapes == [[levels[0]], [levels[1]], [levels[0], levels[1]]] and model["max_order"] == 2
+            pair = np.array(model["marginals"][2]["counts"]).reshape(levels)
+            assert np.isclose(pair.sum(), model["total"], rtol=1e-4)
         else:
             assert model["correlation"] is None
             if model["max_order"] == 2:

@@ -143,7 +143,7 @@ def test_cli(highdim, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name, decision, changes, mixed", [
-    ("copula-median", "dsft", {"release": {"threshold": 0.5}, "privacy": {"epsilon": 50}}, True),
+    ("copula-median", "dsft", {"release": {"threshold": 1.5}, "privacy": {"epsilon": 50}}, True),
     ("marginals", "dsft", {"release": {"threshold": 1.5}, "privacy": {"epsilon": 50}}, True),
     ("lpa", "dsat", {}, False),  # 3,000 people over 1.7M cells: every timestep differs by ~2n
 ])
