@@ -595,6 +595,12 @@ class ServiceSection(_Section):
     #: max(1 MiB, 4 × its size right after the last compaction), so disk and restart time stay
     #: bounded by one snapshot; 0 compacts after every checkpoint)
     journal_compact_bytes: int | None = Field(default=None, ge=0)
+    #: what to do when the Kafka cluster no longer holds what the stream committed (an input partition
+    #: ends before the committed position, the input or output topic or the checkpoint marker is gone:
+    #: a cluster restored without its data). ``stop`` (default): not ready, one ERROR line, exit 1; the
+    #: next start refuses with the reason. ``wait``: not ready, read and release nothing, resume when the
+    #: cluster matches again (an operator restoring it). Never a reset (stream/service/integrity.py).
+    on_cluster_loss: Literal["stop", "wait"] = "stop"
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> ServiceSection:

@@ -50,6 +50,7 @@ FIELDS: dict[str, str] = {
     "attempts": "how many times a journal write was tried (operational)",
     "bootstrap": "kafka.bootstrap_servers the broker probe asks (configuration)",
     "failed_probes": "consecutive failed broker probes (operational)",
+    "on_cluster_loss": "service.on_cluster_loss, the configured reaction to a cluster that lost the stream's data",
 }
 _MAX_ITEMS = 8
 _RESERVED = set(logging.LogRecord("x", 0, "x", 0, "x", None, None).__dict__) | {"message", "asctime"}

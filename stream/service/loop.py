@@ -69,6 +69,9 @@ from stream.ingest.events import EventDecoder, Rejections, parse_times
 from stream.messages import parse_message
 from stream.pipeline import JOURNAL_VERSION, ReleasePipeline, SealedRelease
 from stream.service.http import Health, HttpServer, make_app
+from stream.service.integrity import CHECK as CLUSTER_CHECK
+from stream.service.integrity import CHECK_INTERVAL_S as CLUSTER_CHECK_INTERVAL_S
+from stream.service.integrity import ClusterView, cluster_loss
 from stream.service.journal import (
     COMPACTION_POINTS,
     INDEX_KEEP,
@@ -253,6 +256,9 @@ class Service:
         self.stamps: dict[tuple[int, int], float] = {}  # (partition, offset) -> record time, one poll
         self.pending = _Pending()
         self.released = 0
+        self.committed_seq = 0  # the last checkpoint committed to this cluster (its marker on the state topic)
+        self.cluster_lost: str | None = None  # why the cluster contradicts the stream's state (integrity.py)
+        self._last_cluster_check = time.monotonic()
         self._last_checkpoint = time.monotonic()
         self._last_lag = 0.0
         self._step_mark = 0.0
@@ -339,6 +345,7 @@ class Service:
         self.committed = dict(plan.resume_offsets)
         self.reader.seek(self.positions)
         self.released = self.pipeline.next_index
+        self.committed_seq = journal.last_seq  # re-sent above when it was one ahead of Kafka
         self._publish_budget()
         self.metrics.journal_bytes.set(journal.size)
         self.metrics.info.info({"stream": self.stream_id, "decision": s.release.decision,
@@ -388,6 +395,9 @@ class Service:
         assert self.pipeline is not None
         while not self.stop.is_set():
             self.health.tick()
+            if self._cluster_lost():  # on_cluster_loss: wait — nothing read, sealed or released meanwhile
+                self.stop.wait(CLUSTER_CHECK_INTERVAL_S)
+                continue
             live = self.reader is not None and self.reader.caught_up(self.positions)
             batch = self._poll()
             if batch:
@@ -596,6 +606,7 @@ class Service:
         done = time.monotonic()
         self._last_checkpoint = done
         self.committed = dict(cp.offsets)
+        self.committed_seq = cp.seq
         m = self.metrics
         m.checkpoint_duration.observe(done - started)
         for (sealed, sealed_at), r in zip(pending.releases, releases, strict=True):
@@ -723,6 +734,59 @@ class Service:
             return
         for p, end in ends.items():
             self.metrics.consumer_lag.labels(str(p)).set(max(0, end - self.positions.get(p, 0)))
+
+    def _cluster_lost(self) -> bool:
+        """Every ``CLUSTER_CHECK_INTERVAL_S``: does the cluster still hold what the stream's state says
+        it committed (:mod:`stream.service.integrity`)? On the first contradiction: not ready with the
+        cause, one ERROR line, a metric; then stop (``service.on_cluster_loss: stop``, the default:
+        ServiceError, exit 1, and the next start refuses with its recovery check) or wait (True while
+        it lasts; one WARNING line when the cluster matches again).
+
+        Raises:
+            ServiceError: the cluster lost the stream's data and the configuration says stop.
+        """
+        now = time.monotonic()
+        if now - self._last_cluster_check < CLUSTER_CHECK_INTERVAL_S:
+            return self.cluster_lost is not None
+        self._last_cluster_check = now
+        cause = self._cluster_cause()
+        if cause is None:
+            if self.cluster_lost is not None:
+                self.cluster_lost = None
+                self.health.check(CLUSTER_CHECK, True)
+                self.metrics.cluster_lost.set(0)
+                log(_log, logging.WARNING, "the Kafka cluster matches the stream's state again; resuming")
+            return False
+        if self.cluster_lost is None:
+            self.cluster_lost = cause
+            self.health.check(CLUSTER_CHECK, False, cause)
+            self.metrics.cluster_lost.set(1)
+            action = self.settings.service.on_cluster_loss
+            log(_log, logging.ERROR, "the Kafka cluster lost the stream's data; releasing nothing", error=cause,
+                on_cluster_loss=action)
+        if self.settings.service.on_cluster_loss == "stop":
+            raise ServiceError(cause)
+        return True
+
+    def _cluster_cause(self) -> str | None:
+        """One comparison (offsets and sequence numbers only); None also when the cluster does not answer
+        (an unreachable broker is the probe's finding, :mod:`stream.service.probe`)."""
+        assert self.reader is not None
+        k = self.settings.kafka
+        control = self.reader.control
+        try:
+            topics = control.topics()  # a fresh metadata request (never auto-creates a topic)
+            partitions = frozenset(control.partitions_for_topic(k.input_topic) or ()) if k.input_topic in topics \
+                else frozenset()
+            ends = self.reader.end_offsets() if partitions else {}
+            marker = committed_marker(control, k.state_topic) if self.committed_seq else None
+        except Exception as exc:  # noqa: BLE001 - no answer: nothing to compare
+            log(_log, logging.DEBUG, "cluster check skipped", error=f"{type(exc).__name__}: {exc}")
+            return None
+        view = ClusterView(partitions, ends, k.output_topic in topics, marker)
+        return cluster_loss(view, input_topic=k.input_topic, output_topic=k.output_topic,
+                            reading=frozenset(self.reader.partitions), committed=self.committed,
+                            committed_seq=self.committed_seq)
 
     def close(self) -> None:
         for closer in (lambda: self.producer.close(timeout=2), lambda: self.reader.close()):

@@ -65,6 +65,7 @@ CLASSES: dict[str, str] = {
     "dpstream_ready": "health",
     "dpstream_broker_connected": "health",
     "dpstream_broker_probe_failures": "health",
+    "dpstream_cluster_lost": "health",
     "dpstream_start_time_seconds": "health",
 }
 #: The only label names a metric may have, each with a closed set of values from code or configuration.
@@ -161,6 +162,11 @@ class Metrics:
         self.broker_connected = Gauge(
             "broker_connected", "1 while the Kafka cluster answers the broker probe (ListOffsets of the input "
             "topic), 0 after it failed twice in a row (stream/service/probe.py).", namespace=ns, registry=r)
+        self.cluster_lost = Gauge(
+            "cluster_lost", "1 while the Kafka cluster contradicts the stream's committed state (an input "
+            "partition ends before the committed position, a topic or the checkpoint marker is gone: "
+            "stream/service/integrity.py); the service stops, or waits with service.on_cluster_loss: wait.",
+            namespace=ns, registry=r)
         self.broker_probe_failures = Counter(
             "broker_probe_failures", "Broker probes that failed (timed out or refused).", namespace=ns, registry=r)
         self.start_time = Gauge("start_time_seconds", "When this process started (Unix seconds): the alert on "

@@ -1,0 +1,108 @@
+"""A Kafka cluster that comes back without the stream's data is noticed every time (issue 34 item 2).
+
+The embedded broker keeps topics in memory: killed and started again on the same port it
+answers with no topics, as a cluster restored without its data would. The service must go
+not-ready with the cause, log it once, and stop (``service.on_cluster_loss: stop``, exit 1) or
+wait without releasing (``wait``) — never stay ready and silent. The comparison itself
+(:func:`stream.service.integrity.cluster_loss`) is checked case by case first.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from stream.service.broker import EmbeddedBroker
+from stream.service.integrity import ClusterView, cluster_loss
+from stream.service.logs import JsonFormatter
+from tests.kafka_harness import (
+    InProcessService,
+    event,
+    heartbeat,
+    produce,
+    service_config,
+    settings_from,
+    wait_for,
+)
+
+OK = ClusterView(frozenset({0, 1}), {0: 10, 1: 7}, True, 4)
+
+
+def _loss(view: ClusterView, committed_seq: int = 4) -> str | None:
+    return cluster_loss(view, input_topic="in", output_topic="out", reading=frozenset({0, 1}),
+                        committed={0: 10, 1: 5}, committed_seq=committed_seq)
+
+
+@pytest.mark.parametrize("view, words", [
+    (OK, None),
+    (ClusterView(frozenset({0, 1}), {0: 12, 1: 7}, True, 5), None),  # the cluster moved on: fine
+    (ClusterView(frozenset(), {}, True, 4), "input topic in is gone"),
+    (ClusterView(frozenset({0}), {0: 10}, True, 4), "lost partition(s) 1"),
+    (ClusterView(frozenset({0, 1}), {0: 0, 1: 0}, True, 4), "input partition 0 ends at offset 0, before the position 10"),
+    (ClusterView(frozenset({0, 1}), {0: 10, 1: 7}, False, 4), "output topic out is gone"),
+    (ClusterView(frozenset({0, 1}), {0: 10, 1: 7}, True, None), "holds checkpoint none"),
+    (ClusterView(frozenset({0, 1}), {0: 10, 1: 7}, True, 3), "holds checkpoint 3 on the state topic, but checkpoint 4"),
+])
+def test_each_contradiction_is_named(view, words):
+    cause = _loss(view)
+    if words is None:
+        assert cause is None
+    else:
+        assert cause is not None and words in cause and "dpstream does not reset by itself" in cause
+
+
+def test_no_marker_is_expected_before_the_first_commit():
+    assert _loss(ClusterView(frozenset({0, 1}), {0: 10, 1: 7}, True, None), committed_seq=0) is None
+
+
+def _json_log() -> tuple[logging.Handler, io.StringIO]:
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.setFormatter(JsonFormatter())
+    return handler, buf
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("mode", ["stop", "wait"])
+def test_a_broker_that_comes_back_empty_is_noticed(tmp_path, mode):
+    b = EmbeddedBroker.start()
+    root = logging.getLogger("dpstream")
+    handler, buf = _json_log()
+    root.addHandler(handler)
+    b2 = None
+    try:
+        cfg = service_config(b.bootstrap, tmp_path, service={"on_cluster_loss": mode})
+        settings = settings_from(cfg)
+        k = settings.kafka
+        with InProcessService(settings) as svc:
+            produce(b.bootstrap, k.input_topic, [json.dumps(event(f"p{i}", 0)).encode() for i in range(5)],
+                    partitions=1)
+            heartbeat(b.bootstrap, k.input_topic, 1, partitions=1)
+            wait_for(lambda: svc.published() >= 1, what="a release before the broker is lost")
+            released = svc.published()
+            port = b.port
+            b.stop()
+            b2 = EmbeddedBroker.start(port=port)  # same address, no topics, no groups
+            wait_for(lambda: not svc.health.is_ready() and "lost" in svc.health.view()[1], timeout=60,
+                     what="not ready with the cause")
+            reason = svc.health.view()[1]
+            assert "the cluster lost data the stream's state depends on" in reason, reason
+            assert svc.metric("dpstream_cluster_lost") == 1
+            if mode == "stop":
+                svc.thread.join(60)
+                assert svc.exit_code == 1
+            else:
+                assert svc.thread.is_alive()  # waiting, not ready, releasing nothing
+                assert svc.published() == released
+                assert svc.stop() == 0
+    finally:
+        root.removeHandler(handler)
+        (b2 or b).stop()
+        b.stop()
+    lines = [json.loads(x) for x in buf.getvalue().splitlines() if x.strip()]
+    lost = [x for x in lines if x.get("event", "").startswith("the Kafka cluster lost the stream's data")]
+    assert len(lost) == 1, lost  # logged once
+    assert lost[0]["on_cluster_loss"] == mode and lost[0]["level"] == "ERROR"
