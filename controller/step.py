@@ -42,6 +42,7 @@ from controller.grouped import check_groups, release_groups
 from controller.policies.base import DecisionContext, DecisionPolicy
 from histogram.mechanism import Mechanism
 from histogram.noise import NoiseDrawer
+from histogram.records import RecordTable
 
 __all__ = ["Engine", "EngineState", "LastRelease", "Release", "encode_array", "decode_array"]
 
@@ -214,18 +215,31 @@ class Engine:
         return EngineState(0, 0, self.policy.new_accountant(), self.policy.reset(),
                            LastRelease.placeholder(self.released_bins))
 
-    def step(self, state: EngineState, counts: np.ndarray, noise: NoiseDrawer) -> tuple[Release, EngineState]:
-        """Decide and release one timestep. Pure: ``state`` is not modified."""
-        counts = np.asarray(counts)
-        if counts.shape != (self.bins,) or counts.dtype.kind not in "iu":
-            raise ValueError(f"counts must be an integer vector of length {self.bins}, got {counts.dtype} {counts.shape}")
-        if counts.size and counts.min() < 0:
-            raise ValueError("true counts cannot be negative")
+    def step(self, state: EngineState, counts: np.ndarray | RecordTable,
+             noise: NoiseDrawer) -> tuple[Release, EngineState]:
+        """Decide and release one timestep. Pure: ``state`` is not modified.
+
+        ``counts``: the true count vector over the ``bins`` cells, or — for a model release
+        (a mechanism with a ``view``) — the timestep's bounded :class:`~histogram.records.RecordTable`,
+        so that huge domains are never materialised (``docs/privacy.md`` §11.4).
+        """
+        view = getattr(self.mechanism, "view", None)
+        if isinstance(counts, RecordTable):
+            if view is None:
+                raise ValueError(f"{self.mechanism.name} releases counts: give it the count vector, not records")
+            if counts.cells != self.bins:
+                raise ValueError(f"records over {counts.cells} cells for an engine of {self.bins} bins")
+        else:
+            counts = np.asarray(counts)
+            if counts.shape != (self.bins,) or counts.dtype.kind not in "iu":
+                raise ValueError(f"counts must be an integer vector of length {self.bins}, got {counts.dtype} "
+                                 f"{counts.shape}")
+            if counts.size and counts.min() < 0:
+                raise ValueError("true counts cannot be negative")
         t = state.timestep
         acct = state.accountant.copy()
         before = {e.seq: e for e in acct.entries}
-        view = getattr(self.mechanism, "view", None)
-        observed = counts if view is None else view(counts)  # a public linear map: §11.4
+        observed = counts if view is None else view.observe(counts)  # a public linear map: §11.4
         ctx = DecisionContext(
             t, observed, state.last.counts, state.fresh_count, acct, noise, self.mechanism, state.last.epsilon
         )

@@ -23,9 +23,11 @@ the wrapped mechanism's (§11.1, §11.2): everything published is a function of
 its noisy output. Each draws from the engine's drawer only after the engine
 charged the ε (§11.1.1).
 
-Both need the full count vector (the engine's interface), read back as the
-record table it stands for: domains the service materialises (see
-:mod:`histogram.copula.histogram_release`).
+Both read a timestep as a :class:`~histogram.records.RecordTable` (its bounded
+records: the service's path, whatever the domain's size; the view's tables are
+counted from the records, :meth:`MarginalView.of_records`) or as the full count
+vector read back as the records it stands for (counts files, small domains);
+the two give the same rows in the same order, so the same release.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from histogram.errors import MechanismError
 from histogram.marginals.kway import KWayMarginals
 from histogram.mechanism import NoisyHistogram
 from histogram.noise import NoiseDrawer, discrete_laplace_half_width, discrete_laplace_mean_abs
+from histogram.records import RecordTable
 
 __all__ = ["MarginalView", "CopulaModelMechanism", "KWayModelMechanism", "COPULA_DECISION_SPACES", "MAX_SYNTHETIC"]
 
@@ -115,6 +118,17 @@ class MarginalView:
         parts = [h.sum(axis=tuple(a for a in range(m) if a not in s)).ravel() for s in self.subsets]
         return np.concatenate(parts).astype(np.int64, copy=False)
 
+    def of_records(self, records: RecordTable) -> np.ndarray:
+        """The true tables of a record table, concatenated (int64): ``self(counts)`` of the count vector
+        the records make, without building it. Raw-data derived: charge before using."""
+        if records.levels != self.levels:
+            raise MechanismError(f"records over levels {records.levels} for a view over {self.levels}")
+        return np.concatenate([records.table(s) for s in self.subsets]).astype(np.int64, copy=False)
+
+    def observe(self, data: np.ndarray | RecordTable) -> np.ndarray:
+        """The view of a timestep given as a count vector or as a :class:`RecordTable`."""
+        return self.of_records(data) if isinstance(data, RecordTable) else self(data)
+
     def split(self, vector: np.ndarray) -> list[np.ndarray]:
         """A released vector back into its tables (each shaped over its attributes)."""
         v = np.asarray(vector)
@@ -129,11 +143,18 @@ class MarginalView:
         return out
 
 
-def _check_counts(counts: np.ndarray, bins: int) -> np.ndarray:
-    true = np.asarray(counts)
+def _records(data: np.ndarray | RecordTable, levels: tuple[int, ...]) -> np.ndarray:
+    """The ``(n, m)`` records of a timestep given as a :class:`RecordTable` (huge domains: the
+    vector is never built) or as the row-major count vector (same rows, same order)."""
+    if isinstance(data, RecordTable):
+        if data.levels != tuple(levels):
+            raise MechanismError(f"records over levels {data.levels} for a mechanism over {tuple(levels)}")
+        return data.rows
+    true = np.asarray(data)
+    bins = int(np.prod(levels))
     if true.shape != (bins,) or true.dtype.kind not in "iu" or (true.size and true.min() < 0):
         raise MechanismError(f"a model release reads a non-negative integer count vector of {bins} bins")
-    return true
+    return records_of_counts(true, levels)
 
 
 def _synthetic_size(value: int) -> int:
@@ -195,10 +216,10 @@ class CopulaModelMechanism:
     def bins(self) -> int:
         return int(np.prod(self.copula.levels))
 
-    def release(self, counts: np.ndarray, epsilon: Fraction, noise: NoiseDrawer) -> NoisyHistogram:
-        """The model release of ``counts`` at ``epsilon`` (charged by the caller before this call)."""
-        true = _check_counts(counts, self.bins)
-        rel = self.copula.release(records_of_counts(true, self.copula.levels), Fraction(epsilon), noise)
+    def release(self, counts: np.ndarray | RecordTable, epsilon: Fraction, noise: NoiseDrawer) -> NoisyHistogram:
+        """The model release of a timestep (count vector or :class:`RecordTable`) at ``epsilon``
+        (charged by the caller before this call)."""
+        rel = self.copula.release(_records(counts, self.copula.levels), Fraction(epsilon), noise)
         vector = np.concatenate([np.asarray(v, dtype=np.int64) for v in rel.marginal_counts])
         width = np.broadcast_to(np.float64(discrete_laplace_half_width(
             self.copula.marginal_scale(Fraction(epsilon)), self.confidence)), vector.shape)
@@ -265,10 +286,10 @@ class KWayModelMechanism:
         view = self.view
         return np.concatenate([np.full(int(np.prod(view.shape(s))), len(s)) for s in view.subsets])
 
-    def release(self, counts: np.ndarray, epsilon: Fraction, noise: NoiseDrawer) -> NoisyHistogram:
-        """The model release of ``counts`` at ``epsilon`` (charged by the caller before this call)."""
-        true = _check_counts(counts, self.bins)
-        rel = self.kway.release(records_of_counts(true, self.kway.levels), Fraction(epsilon), noise,
+    def release(self, counts: np.ndarray | RecordTable, epsilon: Fraction, noise: NoiseDrawer) -> NoisyHistogram:
+        """The model release of a timestep (count vector or :class:`RecordTable`) at ``epsilon``
+        (charged by the caller before this call)."""
+        rel = self.kway.release(_records(counts, self.kway.levels), Fraction(epsilon), noise,
                                 consistent=self.consistent)
         subsets = self.view.subsets
         if self.consistent:

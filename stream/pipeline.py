@@ -49,8 +49,9 @@ from controller.personal import PersonalState
 from controller.step import Engine, EngineState, Release
 from histogram.noise import Randomness
 from histogram.postprocess import PostProcessor, PostState
+from histogram.records import RecordTable
 from stream.ingest.events import CODE, REASONS, EventBatch, Rejections, ValidBatch, validate_batch
-from stream.ingest.windowing import ACCEPTED, Grid, Windower
+from stream.ingest.windowing import ACCEPTED, Grid, TimestepData, Windower
 from stream.messages import (
     DomainMessage,
     MessageBuilder,
@@ -426,7 +427,7 @@ class ReleasePipeline:
             if entry is not None:
                 sealed = self._from_journal(entry, index, cell)
             else:
-                true = data.counts(self.input_bins, self.settings.privacy.contribution_bound) if counts is None else counts
+                true = self._true(data) if counts is None else counts
                 sealed = self._step(index, cell, true)
                 del true
             if self.step_hook is not None:
@@ -446,6 +447,14 @@ class ReleasePipeline:
         if sealed.recovered:
             st.recovered += 1
         return sealed
+
+    def _true(self, data: TimestepData) -> np.ndarray | RecordTable:
+        """What the engine steps on: the bounded count vector, or for a model release (a mechanism with
+        a view) the bounded records themselves, so a huge domain's vector is never built (§11.4)."""
+        bound = self.settings.privacy.contribution_bound
+        if getattr(self.engine.mechanism, "view", None) is not None:
+            return RecordTable.from_cells(data.bounded(bound).flat, self.domain.shape)
+        return data.counts(self.input_bins, bound)
 
     def _window_after(self, index: int) -> dict[str, Any]:
         snap = self.window.snapshot()
