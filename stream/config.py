@@ -47,7 +47,7 @@ from pydantic_settings import (
 
 from controller.errors import ConfigurationError
 from controller.method import METHODS, MethodSpec, build_engine
-from controller.personal import PersonalEngine
+from controller.personal import PersonalEngine, sampling_window_refusal
 from controller.pid import PIDGains
 from controller.step import Engine
 from controller.units import UserLevel, WEvent, parse_epsilon
@@ -1355,5 +1355,8 @@ def _personal_declaration(settings: Settings) -> PersonalDeclaration:
     except MechanismError as exc:
         raise ConfigurationError(f"privacy.personal.mechanism {cfg.mechanism}: {exc} (declare head counts in "
                                  "privacy.personal.persons, or use a consent table)") from None
+    if (p.unit == "w-event" and p.w > 1 and any(part.sample_below is not None and levels.minimum < part.sample_below
+                                                for part in plan.parts)):
+        raise ConfigurationError(sampling_window_refusal(p.w))
     return PersonalDeclaration(budgets, levels, tier_level, tier_level[DEFAULT_TIER], plan, keys,
                                tuple(tier_level[t] for t in key_tiers), cfg.attribute)

@@ -372,7 +372,9 @@ class ReleasePipeline:
             idx = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
             lookup = np.array([*decl.table_levels, decl.default_level], dtype=np.int64)
             levels = lookup[idx]
-        slots = self.engine.slots(self._state, levels, valid.user_id)  # type: ignore[union-attr]
+        # w-event Sampling draws a coin per person and timestep: the event's own grid cell (§12.7)
+        cells = self.grid.cell(valid.time) if self.engine.coin_per_timestep else None  # type: ignore[union-attr]
+        slots = self.engine.slots(self._state, levels, valid.user_id, cells)  # type: ignore[union-attr]
         return ValidBatch(valid.flat + slots * self.domain.size, valid.time, valid.user_id, valid.position)
 
     def _table_keys(self) -> pa.Array:
