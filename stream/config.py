@@ -209,6 +209,11 @@ class SchemaSection(_Section):
     arrival_time: str | None = None
     attributes: list[AttributeSpec] = Field(default_factory=list)
     out_of_domain: Literal["reject", "clip"] = "reject"
+    #: ``true``: ids that are integers written with a sign, leading zeros or a zero fraction
+    #: (``"007"``, ``"+7"``, ``"7.0"``) are the person of the plain decimal (``7``); people who share
+    #: a key are protected as one person (docs/privacy.md §1.2). ``false``: ids are opaque strings
+    #: (``"007"`` and ``"7"`` are two people); set it when ids are not numbers with variant spellings.
+    numeric_user_ids: bool = True
 
     @model_validator(mode="after")
     def _names(self) -> SchemaSection:
@@ -943,6 +948,9 @@ class Settings(BaseSettings):
             "privacy": self.privacy.model_dump(mode="json", exclude=self._privacy_view_exclude()),
             "release": self._release_view(),
             "schema_version": 1,
+            # who is one person: only when numeric canonicalisation is off (so existing streams keep
+            # their fingerprint); switching it under the same stream id changes who shares a bound
+            **({"person_keys": "opaque"} if not self.schema_.numeric_user_ids else {}),
             # the consent table's content (not just its path): a changed table is a changed budget
             **({"personal_declaration": self.personal_declaration().budgets.fingerprint()}
                if self.privacy.personal is not None else {}),
@@ -1218,10 +1226,11 @@ class PersonalDeclaration:
                               settings.noise_source() if randomness is None else randomness, settings.stream.id)
 
 
-_TABLES: dict[tuple[str, int, int, tuple[str, ...]], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+_TABLES: dict[tuple[str, int, int, tuple[str, ...], bool], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
-def _read_consent_table(path: str, tiers: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _read_consent_table(path: str, tiers: tuple[str, ...], numeric: bool = True,
+                        ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(canonical person keys, tier names)`` of a consent table CSV (header line, then ``id,tier``)."""
     import csv
 
@@ -1232,7 +1241,7 @@ def _read_consent_table(path: str, tiers: tuple[str, ...]) -> tuple[tuple[str, .
     where = f"privacy.personal.table: {path}"
     try:
         st = Path(path).stat()
-        cache_key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size, tiers)
+        cache_key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size, tiers, numeric)
         if cache_key in _TABLES:
             return _TABLES[cache_key]
         with open(path, newline="", encoding="utf-8") as fh:
@@ -1261,7 +1270,7 @@ def _read_consent_table(path: str, tiers: tuple[str, ...]) -> tuple[tuple[str, .
                                      f"({', '.join(tiers)}); declare it or fix the row")
         ids.append(pid)
         names.append(tier)
-    keys, invisible = canonical_keys(pa.array(ids, type=pa.string()))
+    keys, invisible = canonical_keys(pa.array(ids, type=pa.string()), numeric=numeric)
     if invisible.any():
         line = int(invisible.argmax())
         raise ConfigurationError(f"{where}: person id {ids[line]!r} has invisible characters, which the stream "
@@ -1321,7 +1330,7 @@ def _personal_declaration(settings: Settings) -> PersonalDeclaration:
     keys: tuple[str, ...] = ()
     key_tiers: tuple[str, ...] = ()
     if cfg.table is not None:
-        keys, key_tiers = _read_consent_table(cfg.table, tier_names)
+        keys, key_tiers = _read_consent_table(cfg.table, tier_names, settings.schema_.numeric_user_ids)
     budgets = PersonalBudgets(p.epsilon, dict(cfg.tiers), dict(zip(keys, key_tiers, strict=True)),
                               cfg.attribute if cfg.attribute is not None else "@table")
     budgets.check_public(counted)

@@ -311,7 +311,8 @@ class ReleasePipeline:
             attrs = dict(batch.attributes)
             consent = attrs.pop(self.personal.attribute, None)
             batch = replace(batch, attributes=attrs)
-        valid, rejected = validate_batch(batch, self.domain, max_user_id_chars=self.max_user_id_chars)
+        valid, rejected = validate_batch(batch, self.domain, max_user_id_chars=self.max_user_id_chars,
+                                         numeric_user_ids=self.settings.schema_.numeric_user_ids)
         if self.personal is not None:
             valid = self._route(valid, consent)
         if record_time is not None:
