@@ -131,6 +131,10 @@ class PersonalEngine:
         default_level: level index of the default budget.
         randomness: where the coin key comes from (the OS CSPRNG unless seeded).
         stream_id: names the coin key's seeded derivation.
+        declaration: SHA-256 of the private part of the declaration (the consent table's rows), or
+            empty when there is none. Secret: never published; a snapshot stores it only keyed by
+            the coin key (:meth:`declaration_digest`), and :meth:`restore` refuses a snapshot whose
+            digest differs (a changed consent table fails closed).
     """
 
     def __init__(
@@ -142,8 +146,10 @@ class PersonalEngine:
         default_level: int,
         randomness: Randomness,
         stream_id: str,
+        declaration: bytes = b"",
     ) -> None:
         self.plan = plan
+        self.declaration = bytes(declaration)
         self.engines = tuple(engines)
         self.unit = unit
         self.tiers = dict(tiers)
@@ -382,9 +388,22 @@ class PersonalEngine:
             "tiers": self.tiers,
         }, sort_keys=True))
 
+    def declaration_digest(self, coin_key: int) -> str | None:
+        """HMAC-SHA256(coin key, the consent table's digest), hex; None without a consent table.
+
+        Keyed by the stream's secret coin key, so it says nothing about the table to anyone who
+        does not hold the state; it lets a restart detect a changed table although the public
+        config fingerprint no longer carries a hash of the table's rows (``docs/privacy.md`` §12.2).
+        """
+        if not self.declaration:
+            return None
+        return hmac.new(coin_key.to_bytes(16, "little"), b"dpstream-pdp-declaration-v1\x00" + self.declaration,
+                        hashlib.sha256).hexdigest()
+
     def snapshot(self, state: PersonalState) -> dict[str, Any]:
-        """JSON-ready snapshot (secret: coin key, threshold noise)."""
+        """JSON-ready snapshot (secret: coin key, threshold noise, the keyed consent-table digest)."""
         return {
+            "declaration": self.declaration_digest(state.coin_key),
             "version": PERSONAL_STATE_VERSION,
             "kind": "personal",
             "method": self.method,
@@ -415,10 +434,15 @@ class PersonalEngine:
             last = LastRelease.from_json(data["last"])
             timestep, fresh_count = int(data["timestep"]), int(data["fresh_count"])
             key = int(str(data["coin_key"]), 16)
+            declared = data.get("declaration")
         except StateError:
             raise
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise StateError(f"malformed personalized engine snapshot: {exc}") from exc
+        if not hmac.compare_digest(str(declared), str(self.declaration_digest(key))):
+            raise StateError("the consent table (privacy.personal.table) differs from the one the stream's snapshot "
+                             "was taken under: a changed table is a changed budget; restore the table, or start "
+                             "a new stream id")
         if any(p.timestep != timestep for p in parts) or not 0 <= fresh_count <= timestep:
             raise StateError("snapshot's parts are not at the stream's timestep")
         return PersonalState(timestep, fresh_count, parts, ledgers, key, last, self.default_level)

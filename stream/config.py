@@ -951,9 +951,16 @@ class Settings(BaseSettings):
             # who is one person: only when numeric canonicalisation is off (so existing streams keep
             # their fingerprint); switching it under the same stream id changes who shares a bound
             **({"person_keys": "opaque"} if not self.schema_.numeric_user_ids else {}),
-            # the consent table's content (not just its path): a changed table is a changed budget
-            **({"personal_declaration": self.personal_declaration().budgets.fingerprint()}
+            # the declaration without the consent table's rows: a hash of private rows is never public
+            # (docs/privacy.md §12.2); a changed table is caught on restart by the engine snapshot's
+            # keyed digest (controller.personal)
+            **({"personal_declaration": self.personal_declaration().budgets.public_fingerprint()}
                if self.privacy.personal is not None else {}),
+            # with a table, the head counts per budget level the plan is built on (public: the plan's
+            # weights are published); declared privacy.personal.persons are in "privacy" already
+            **({"personal_head_counts": [[str(e), n] for e, n in zip(
+                self.personal_declaration().levels.epsilons, self.personal_declaration().levels.counts, strict=True)]}
+               if self.privacy.personal is not None and self.privacy.personal.table is not None else {}),
         }
 
     def _release_view(self) -> dict[str, Any]:
@@ -1223,7 +1230,8 @@ class PersonalDeclaration:
                          else WEvent(part.epsilon, unit.w, unit.cutoff))
             engines.append(build_engine(_replace(spec, unit=part_unit), mechanism, bins))
         return PersonalEngine(self.plan, engines, spec.unit, self.tier_level, self.default_level,
-                              settings.noise_source() if randomness is None else randomness, settings.stream.id)
+                              settings.noise_source() if randomness is None else randomness, settings.stream.id,
+                              declaration=bytes.fromhex(self.budgets.fingerprint()) if self.table_keys else b"")
 
 
 _TABLES: dict[tuple[str, int, int, tuple[str, ...], bool], tuple[tuple[str, ...], tuple[str, ...]]] = {}

@@ -245,9 +245,40 @@ def test_a_changed_declaration_is_refused_on_restart(tmp_path, change):
         changed = make(tmp_path, table=table, mechanism="utility_based")
     else:
         changed = make(tmp_path, table=table, persons={"basic": 31, "research": 20, "default": 10})
-    with pytest.raises(StateError, match="another privacy configuration"):
+    # the table's rows are private: not in the public fingerprint, caught by the snapshot's keyed digest
+    match = "consent table .* differs" if change == "table content" else "another privacy configuration"
+    with pytest.raises(StateError, match=match):
         ReleasePipeline.resume_after(changed, entry)
     ReleasePipeline.resume_after(make(tmp_path, table=table), entry)  # the same declaration continues
+
+
+def test_no_hash_of_the_consent_table_is_published(tmp_path):
+    """Issue 27.6: the public config (domain message, every config_fingerprint) must not carry a hash of the
+    table's rows: with the same public head counts, two tables that differ in one person's tier (or presence)
+    give the same fingerprint and the same domain message, and neither holds the rows' SHA-256. The stream's
+    snapshot keeps the digest only keyed by its secret coin key."""
+    from stream.messages import MessageBuilder
+
+    persons = {"basic": 2, "research": 2, "default": 10}
+    # the same table path (it is public configuration), other rows: p1 moves tier, p3 leaves, p55 joins
+    a = make(tmp_path, table=[("p1", "research"), ("p2", "basic"), ("p3", "basic"), ("p4", "research")],
+             persons=persons)
+    b = make(tmp_path, table=[("p1", "basic"), ("p2", "basic"), ("p55", "research"), ("p4", "research")],
+             persons=persons)
+    assert a.fingerprint() == b.fingerprint()
+    secret = a.personal_declaration().budgets.fingerprint()
+    assert secret != b.personal_declaration().budgets.fingerprint()
+    domain_a, domain_b = MessageBuilder(a).domain().to_bytes(), MessageBuilder(b).domain().to_bytes()
+    assert domain_a == domain_b and secret.encode() not in domain_a
+    _, sealed = run(a, events(timesteps=1, with_consent=False))
+    assert secret.encode() not in sealed[0].payload
+    snap = sealed[0].engine_snapshot()
+    eng = ReleasePipeline(a).engine
+    assert snap["declaration"] == eng.declaration_digest(int(snap["coin_key"], 16)) != secret
+    assert eng.declaration_digest(1) != eng.declaration_digest(2)  # keyed: nothing without the key
+    # attribute mode has no private rows: its fingerprint is the declaration's, as before
+    attr = make(tmp_path)
+    assert attr.privacy_view()["personal_declaration"] == attr.personal_declaration().budgets.fingerprint()
 
 
 def test_streams_without_personal_publish_no_personal_block(tmp_path):
