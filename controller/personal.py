@@ -10,10 +10,16 @@ Adding or removing one person changes one part's histograms and no other
 part's (parallel composition, ``docs/privacy.md`` §12.7), so person ``i`` loses
 at most what the part's sub-stream spends, which its own accountant caps at
 the part's ε ≤ ε_i (Minimum, Threshold, partitioning). For Jorgensen et al.'s
-Sampling, person ``i`` with ε_i < t is in the part only if their one exact
-coin (drawn once per person for the stream's lifetime, :meth:`PersonalEngine.slots`)
-came up, and a sub-stream that spends S ≤ t on the sample costs them
-``ln(1 + p_i(e^S − 1)) ≤ S·ε_i/t`` (convexity; §12.7).
+Sampling, person ``i`` with ε_i < t is in the part only if their exact coin
+came up (:meth:`PersonalEngine.slots`), and a sub-stream that spends S ≤ t on
+the sample costs them ``ln(1 + p_i(e^S − 1)) ≤ S·ε_i/t`` (convexity; §12.7).
+The coin must be independent of everything a neighbour keeps: under
+user-level privacy (a neighbour differs in all of a person's records) one coin
+per person for the stream's lifetime; under w-event privacy (a neighbour keeps
+the person's records outside one window, whose releases would reveal a shared
+coin) one fresh coin per person *and timestep*, which is sound for windows of
+``w = 1`` only: with ``w > 1`` Sampling is refused (:class:`StateError`, and
+by configuration validation), see ``docs/privacy.md`` §12.7.
 
 **Ledger per budget level.** Next to each part's own accountant, the engine
 keeps one accountant per budget level, capped at that level's ε, in exact
@@ -59,7 +65,7 @@ from histogram.noise import GeneratorDrawer, NoiseDrawer, Randomness
 from histogram.personalized import PersonalizedMechanism
 from histogram.personalized.sampling import InclusionSampler
 
-__all__ = ["PersonalEngine", "PersonalState", "PersonalRelease", "PERSONAL_STATE_VERSION", "PERSONAL_MESSAGE_VERSION"]
+__all__ = ["PersonalEngine", "sampling_window_refusal", "PersonalState", "PersonalRelease", "PERSONAL_STATE_VERSION", "PERSONAL_MESSAGE_VERSION"]
 
 PERSONAL_STATE_VERSION = 1
 #: Sampling coins kept in memory (about 100 bytes each): past it the oldest are dropped and recomputed
@@ -99,6 +105,15 @@ class PersonalState:
         return self.ledgers[self.default_level]
 
 
+def sampling_window_refusal(w: int) -> str:
+    """Why Sampling is refused under w-event privacy with ``w > 1`` (one line, what to do)."""
+    return (f"privacy.personal.mechanism sampling with privacy.unit w-event and w = {w}: a w-event neighbour "
+            "keeps a person's records outside the window, so a coin shared by timesteps inside and outside "
+            "the window is revealed by the releases outside it and the sample amplifies nothing; a fresh coin "
+            "per timestep is proven only for w = 1 (docs/privacy.md §12.7). Use w: 1, privacy.unit: "
+            "user-level, or another privacy.personal.mechanism (threshold, privacy_aware, utility_based)")
+
+
 def _level_accountant(unit: UserLevel | WEvent, epsilon: Fraction) -> Accountant:
     if isinstance(unit, WEvent):
         return WindowAccountant(epsilon, unit.w)
@@ -116,6 +131,10 @@ class PersonalEngine:
         default_level: level index of the default budget.
         randomness: where the coin key comes from (the OS CSPRNG unless seeded).
         stream_id: names the coin key's seeded derivation.
+        declaration: SHA-256 of the private part of the declaration (the consent table's rows), or
+            empty when there is none. Secret: never published; a snapshot stores it only keyed by
+            the coin key (:meth:`declaration_digest`), and :meth:`restore` refuses a snapshot whose
+            digest differs (a changed consent table fails closed).
     """
 
     def __init__(
@@ -127,8 +146,10 @@ class PersonalEngine:
         default_level: int,
         randomness: Randomness,
         stream_id: str,
+        declaration: bytes = b"",
     ) -> None:
         self.plan = plan
+        self.declaration = bytes(declaration)
         self.engines = tuple(engines)
         self.unit = unit
         self.tiers = dict(tiers)
@@ -157,10 +178,17 @@ class PersonalEngine:
         self._sampled = [k for k, p in enumerate(plan.parts) if p.sample_below is not None]
         self._sampler = (InclusionSampler.build(plan.levels.epsilons, plan.parts[self._sampled[0]].sample_below)
                          if self._sampled else None)
-        #: (coin key, person, level) → kept: each person's coin is drawn once, not at every batch.
-        #: Secret (derived from the coin key), in memory only; bounded (oldest first out, and a
-        #: coin evicted is recomputed identically).
-        self._coins: OrderedDict[tuple[int, str, int], bool] = OrderedDict()
+        if self._sampler is not None and isinstance(unit, WEvent) and unit.w > 1 and bool(
+                (self._sampler.numer < self._sampler.big_t).any()):
+            raise StateError(sampling_window_refusal(unit.w))
+        #: w-event: a fresh coin per person and timestep (w = 1); user-level: one per person for the
+        #: stream's lifetime. Public (follows from the unit); a test may switch it to show the audit
+        #: catches a lifetime coin under w-event.
+        self.coin_per_timestep = isinstance(unit, WEvent)
+        #: (coin key, person, level, timestep or None) → kept: each coin is drawn once, not at every
+        #: batch. Secret (derived from the coin key), in memory only; bounded (oldest first out, and
+        #: a coin evicted is recomputed identically).
+        self._coins: OrderedDict[tuple[int, str, int, int | None], bool] = OrderedDict()
 
     @property
     def method(self) -> str:
@@ -175,14 +203,18 @@ class PersonalEngine:
         return self.engines[0].policy
 
     # -- inclusion ---------------------------------------------------------------------
-    def slots(self, state: PersonalState, levels: np.ndarray, persons: Sequence[str]) -> np.ndarray:
+    def slots(self, state: PersonalState, levels: np.ndarray, persons: Sequence[str],
+              timesteps: np.ndarray | int | None = None) -> np.ndarray:
         """Input row of each event: its level, or the excluded row if its person's coin failed.
 
         ``levels`` (int64, one per event) come from the event's public consent value or the
-        consent table; ``persons`` are the events' canonical person keys. The Sampling coin of a
-        person is drawn exactly (:func:`histogram.personalized.sample_inclusion`) from an AES-CTR
-        stream keyed by HMAC-SHA256(coin key, person): the same person gets the same coin at
-        every timestep and after a restart, and no coin depends on anyone else's events.
+        consent table; ``persons`` are the events' canonical person keys; ``timesteps`` (w-event
+        only) each event's grid cell, from its own event time (an int for a whole batch of one
+        timestep). The Sampling coin is drawn exactly (:func:`histogram.personalized.sample_inclusion`)
+        from an AES-CTR stream keyed by HMAC-SHA256(coin key, person) under user-level privacy (the
+        same person gets the same coin at every timestep and after a restart) and by
+        HMAC-SHA256(coin key, timestep, person) under w-event privacy (a fresh coin per person and
+        timestep, the same after a restart). No coin depends on anyone else's events.
         """
         out = np.asarray(levels, dtype=np.int64).copy()
         if self._sampler is None or out.size == 0:
@@ -191,18 +223,28 @@ class PersonalEngine:
         below = np.flatnonzero(sampler.numer[out] < sampler.big_t)
         if not below.size:
             return out
+        cells: list[int | None]
+        if self.coin_per_timestep:
+            if timesteps is None:
+                raise StateError("w-event Sampling draws a coin per person and timestep: pass each event's timestep")
+            cells = np.broadcast_to(np.asarray(timesteps, dtype=np.int64), out.shape)[below].tolist()
+        else:
+            cells = [None] * below.size
         key = state.coin_key.to_bytes(16, "little")
         if hasattr(persons, "to_pylist"):  # an Arrow string array of person keys
             persons = persons.take(below).to_pylist()
         else:
             persons = [persons[i] for i in below.tolist()]
         coins = self._coins
-        for i, person in zip(below.tolist(), persons, strict=True):
+        for i, person, cell in zip(below.tolist(), persons, cells, strict=True):
             level = int(out[i])
-            ck = (state.coin_key, person, level)
+            ck = (state.coin_key, person, level, cell)
             kept = coins.get(ck)
             if kept is None:
-                digest = hmac.new(key, b"dpstream-pdp-coin-v1\x00" + person.encode(), hashlib.sha256).digest()
+                message = (b"dpstream-pdp-coin-v1\x00" + person.encode() if cell is None else
+                           b"dpstream-pdp-coin-timestep-v1\x00" + int(cell).to_bytes(8, "little", signed=True)
+                           + person.encode())
+                digest = hmac.new(key, message, hashlib.sha256).digest()
                 drawer = GeneratorDrawer(int.from_bytes(digest[:16], "little"))
                 kept = bool(sampler.draw(np.array([level]), drawer)[0])
                 coins[ck] = kept
@@ -346,9 +388,22 @@ class PersonalEngine:
             "tiers": self.tiers,
         }, sort_keys=True))
 
+    def declaration_digest(self, coin_key: int) -> str | None:
+        """HMAC-SHA256(coin key, the consent table's digest), hex; None without a consent table.
+
+        Keyed by the stream's secret coin key, so it says nothing about the table to anyone who
+        does not hold the state; it lets a restart detect a changed table although the public
+        config fingerprint no longer carries a hash of the table's rows (``docs/privacy.md`` §12.2).
+        """
+        if not self.declaration:
+            return None
+        return hmac.new(coin_key.to_bytes(16, "little"), b"dpstream-pdp-declaration-v1\x00" + self.declaration,
+                        hashlib.sha256).hexdigest()
+
     def snapshot(self, state: PersonalState) -> dict[str, Any]:
-        """JSON-ready snapshot (secret: coin key, threshold noise)."""
+        """JSON-ready snapshot (secret: coin key, threshold noise, the keyed consent-table digest)."""
         return {
+            "declaration": self.declaration_digest(state.coin_key),
             "version": PERSONAL_STATE_VERSION,
             "kind": "personal",
             "method": self.method,
@@ -379,10 +434,15 @@ class PersonalEngine:
             last = LastRelease.from_json(data["last"])
             timestep, fresh_count = int(data["timestep"]), int(data["fresh_count"])
             key = int(str(data["coin_key"]), 16)
+            declared = data.get("declaration")
         except StateError:
             raise
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise StateError(f"malformed personalized engine snapshot: {exc}") from exc
+        if not hmac.compare_digest(str(declared), str(self.declaration_digest(key))):
+            raise StateError("the consent table (privacy.personal.table) differs from the one the stream's snapshot "
+                             "was taken under: a changed table is a changed budget; restore the table, or start "
+                             "a new stream id")
         if any(p.timestep != timestep for p in parts) or not 0 <= fresh_count <= timestep:
             raise StateError("snapshot's parts are not at the stream's timestep")
         return PersonalState(timestep, fresh_count, parts, ledgers, key, last, self.default_level)

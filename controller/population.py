@@ -123,7 +123,7 @@ class PopulationLedger:
                 f"{entry.describe()} would bring population {self.name!r} to ε = {total} "
                 f"(= {' + '.join(str(e.epsilon) for e in [*others.values(), entry])}), over its cap of ε = {cap}; "
                 f"already registered: {'; '.join(e.describe() for e in others.values())}. "
-                "Lower this stream's privacy.epsilon, retire a stream (remove its entry from the population "
+                "Lower this stream's privacy.epsilon (with privacy.personal: its largest tier's ε), retire a stream (remove its entry from the population "
                 "ledger once it is stopped for good), or raise the cap if the people consent to it"
             )
         return PopulationLedger(self.name, self.cap, {**others, entry.stream: entry})

@@ -47,7 +47,7 @@ from pydantic_settings import (
 
 from controller.errors import ConfigurationError
 from controller.method import METHODS, MethodSpec, build_engine
-from controller.personal import PersonalEngine
+from controller.personal import PersonalEngine, sampling_window_refusal
 from controller.pid import PIDGains
 from controller.step import Engine
 from controller.units import UserLevel, WEvent, parse_epsilon
@@ -209,6 +209,11 @@ class SchemaSection(_Section):
     arrival_time: str | None = None
     attributes: list[AttributeSpec] = Field(default_factory=list)
     out_of_domain: Literal["reject", "clip"] = "reject"
+    #: ``true``: ids that are integers written with a sign, leading zeros or a zero fraction
+    #: (``"007"``, ``"+7"``, ``"7.0"``) are the person of the plain decimal (``7``); people who share
+    #: a key are protected as one person (docs/privacy.md §1.2). ``false``: ids are opaque strings
+    #: (``"007"`` and ``"7"`` are two people); set it when ids are not numbers with variant spellings.
+    numeric_user_ids: bool = True
 
     @model_validator(mode="after")
     def _names(self) -> SchemaSection:
@@ -954,9 +959,19 @@ class Settings(BaseSettings):
             "privacy": self.privacy.model_dump(mode="json", exclude=self._privacy_view_exclude()),
             "release": self._release_view(),
             "schema_version": 1,
-            # the consent table's content (not just its path): a changed table is a changed budget
-            **({"personal_declaration": self.personal_declaration().budgets.fingerprint()}
+            # who is one person: only when numeric canonicalisation is off (so existing streams keep
+            # their fingerprint); switching it under the same stream id changes who shares a bound
+            **({"person_keys": "opaque"} if not self.schema_.numeric_user_ids else {}),
+            # the declaration without the consent table's rows: a hash of private rows is never public
+            # (docs/privacy.md §12.2); a changed table is caught on restart by the engine snapshot's
+            # keyed digest (controller.personal)
+            **({"personal_declaration": self.personal_declaration().budgets.public_fingerprint()}
                if self.privacy.personal is not None else {}),
+            # with a table, the head counts per budget level the plan is built on (public: the plan's
+            # weights are published); declared privacy.personal.persons are in "privacy" already
+            **({"personal_head_counts": [[str(e), n] for e, n in zip(
+                self.personal_declaration().levels.epsilons, self.personal_declaration().levels.counts, strict=True)]}
+               if self.privacy.personal is not None and self.privacy.personal.table is not None else {}),
         }
 
     def _release_view(self) -> dict[str, Any]:
@@ -1231,13 +1246,15 @@ class PersonalDeclaration:
                          else WEvent(part.epsilon, unit.w, unit.cutoff))
             engines.append(build_engine(_replace(spec, unit=part_unit), mechanism, bins))
         return PersonalEngine(self.plan, engines, spec.unit, self.tier_level, self.default_level,
-                              settings.noise_source() if randomness is None else randomness, settings.stream.id)
+                              settings.noise_source() if randomness is None else randomness, settings.stream.id,
+                              declaration=bytes.fromhex(self.budgets.fingerprint()) if self.table_keys else b"")
 
 
-_TABLES: dict[tuple[str, int, int, tuple[str, ...]], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+_TABLES: dict[tuple[str, int, int, tuple[str, ...], bool], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
-def _read_consent_table(path: str, tiers: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _read_consent_table(path: str, tiers: tuple[str, ...], numeric: bool = True,
+                        ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(canonical person keys, tier names)`` of a consent table CSV (header line, then ``id,tier``)."""
     import csv
 
@@ -1248,7 +1265,7 @@ def _read_consent_table(path: str, tiers: tuple[str, ...]) -> tuple[tuple[str, .
     where = f"privacy.personal.table: {path}"
     try:
         st = Path(path).stat()
-        cache_key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size, tiers)
+        cache_key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size, tiers, numeric)
         if cache_key in _TABLES:
             return _TABLES[cache_key]
         with open(path, newline="", encoding="utf-8") as fh:
@@ -1277,7 +1294,7 @@ def _read_consent_table(path: str, tiers: tuple[str, ...]) -> tuple[tuple[str, .
                                      f"({', '.join(tiers)}); declare it or fix the row")
         ids.append(pid)
         names.append(tier)
-    keys, invisible = canonical_keys(pa.array(ids, type=pa.string()))
+    keys, invisible = canonical_keys(pa.array(ids, type=pa.string()), numeric=numeric)
     if invisible.any():
         line = int(invisible.argmax())
         raise ConfigurationError(f"{where}: person id {ids[line]!r} has invisible characters, which the stream "
@@ -1337,7 +1354,7 @@ def _personal_declaration(settings: Settings) -> PersonalDeclaration:
     keys: tuple[str, ...] = ()
     key_tiers: tuple[str, ...] = ()
     if cfg.table is not None:
-        keys, key_tiers = _read_consent_table(cfg.table, tier_names)
+        keys, key_tiers = _read_consent_table(cfg.table, tier_names, settings.schema_.numeric_user_ids)
     budgets = PersonalBudgets(p.epsilon, dict(cfg.tiers), dict(zip(keys, key_tiers, strict=True)),
                               cfg.attribute if cfg.attribute is not None else "@table")
     budgets.check_public(counted)
@@ -1371,5 +1388,8 @@ def _personal_declaration(settings: Settings) -> PersonalDeclaration:
     except MechanismError as exc:
         raise ConfigurationError(f"privacy.personal.mechanism {cfg.mechanism}: {exc} (declare head counts in "
                                  "privacy.personal.persons, or use a consent table)") from None
+    if (p.unit == "w-event" and p.w > 1 and any(part.sample_below is not None and levels.minimum < part.sample_below
+                                                for part in plan.parts)):
+        raise ConfigurationError(sampling_window_refusal(p.w))
     return PersonalDeclaration(budgets, levels, tier_level, tier_level[DEFAULT_TIER], plan, keys,
                                tuple(tier_level[t] for t in key_tiers), cfg.attribute)

@@ -312,7 +312,8 @@ class ReleasePipeline:
             attrs = dict(batch.attributes)
             consent = attrs.pop(self.personal.attribute, None)
             batch = replace(batch, attributes=attrs)
-        valid, rejected = validate_batch(batch, self.domain, max_user_id_chars=self.max_user_id_chars)
+        valid, rejected = validate_batch(batch, self.domain, max_user_id_chars=self.max_user_id_chars,
+                                         numeric_user_ids=self.settings.schema_.numeric_user_ids)
         if self.personal is not None:
             valid = self._route(valid, consent)
         if record_time is not None:
@@ -373,7 +374,9 @@ class ReleasePipeline:
             idx = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
             lookup = np.array([*decl.table_levels, decl.default_level], dtype=np.int64)
             levels = lookup[idx]
-        slots = self.engine.slots(self._state, levels, valid.user_id)  # type: ignore[union-attr]
+        # w-event Sampling draws a coin per person and timestep: the event's own grid cell (§12.7)
+        cells = self.grid.cell(valid.time) if self.engine.coin_per_timestep else None  # type: ignore[union-attr]
+        slots = self.engine.slots(self._state, levels, valid.user_id, cells)  # type: ignore[union-attr]
         return ValidBatch(valid.flat + slots * self.domain.size, valid.time, valid.user_id, valid.position)
 
     def _table_keys(self) -> pa.Array:

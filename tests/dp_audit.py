@@ -988,7 +988,13 @@ CATALOGUE: dict[str, AuditEntry] = {
         "personal", _PERSONAL, None, _personal("minimum part released at another tier's ε"), _PERSONAL_STAT),
     "personal:threshold": AuditEntry(
         "personal", _PERSONAL, None, _personal("threshold keeps the tier below ε_t"), _PERSONAL_STAT),
-    "personal:sampling": AuditEntry("personal", _PERSONAL, None, _personal("sampling coin e^ε/e^t"), _PERSONAL_STAT),
+    "personal:sampling": AuditEntry(
+        "personal", _PERSONAL, "WINDOW_BROKEN",
+        {**_personal("sampling coin e^ε/e^t"),
+         # issue 27.2: under w-event a coin shared with timesteps outside the window amplifies nothing
+         **_named("test_broken_window_coin_is_caught", ("w-event sampling: one coin for the stream's lifetime",))},
+        _PERSONAL_STAT + "; w-event: the exact loss of two timesteps' releases (exact pmfs over every coin "
+        "assignment the production engine draws) vs the tier's window ledger"),
     "personal:privacy_aware": AuditEntry(
         "personal", _PERSONAL, None, _personal("tier counted in another tier's part (privacy-aware)"), _PERSONAL_STAT),
     "personal:utility_based": AuditEntry(

@@ -206,8 +206,23 @@ class PersonalBudgets:
         return BudgetLevels(tuple(keys), tuple(tally[k] for k in keys))
 
     def fingerprint(self) -> str:
-        """SHA-256 of the canonical declaration: equal iff default, tiers, consent and attribute are equal."""
-        parts = [f"attribute={self.attribute}", f"default={self.default}"]
-        parts += [f"tier {k}={v}" for k, v in sorted(self.tiers.items())]
-        parts += [f"person {k}={v}" for k, v in sorted(self.consent.items())]
+        """SHA-256 of the canonical declaration: equal iff default, tiers, consent and attribute are equal.
+
+        **Secret when there is a consent table**: an unsalted hash of private rows lets anyone who
+        knows every other row confirm one person's presence and tier. Never publish it; the public
+        view carries :meth:`public_fingerprint`, and a restart compares this one keyed by a secret
+        of the stream's state (``controller.personal``, ``docs/privacy.md`` §12.2).
+        """
+        parts = self._public_parts() + [f"person {k}={v}" for k, v in sorted(self.consent.items())]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def public_fingerprint(self) -> str:
+        """SHA-256 of the declaration without the consent table's rows (attribute, default ε, tiers).
+
+        Public. Equal to :meth:`fingerprint` when there is no consent table (attribute mode), so
+        those streams keep their config fingerprint."""
+        return hashlib.sha256("\n".join(self._public_parts()).encode()).hexdigest()
+
+    def _public_parts(self) -> list[str]:
+        parts = [f"attribute={self.attribute}", f"default={self.default}"]
+        return parts + [f"tier {k}={v}" for k, v in sorted(self.tiers.items())]

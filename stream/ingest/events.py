@@ -597,7 +597,7 @@ def _categorical_codes(attr: CategoricalAttribute, col: Any) -> tuple[np.ndarray
 
 
 def validate_batch(
-    batch: EventBatch, domain: Domain, *, max_user_id_chars: int = MAX_USER_ID_CHARS
+    batch: EventBatch, domain: Domain, *, max_user_id_chars: int = MAX_USER_ID_CHARS, numeric_user_ids: bool = True
 ) -> tuple[ValidBatch, Rejections]:
     """Check every row of ``batch`` at once; bin the valid ones.
 
@@ -605,7 +605,7 @@ def validate_batch(
     (unparsable number), ``invalid_user_id``, ``invalid_time``,
     ``non_finite``, ``unknown_attribute``, ``out_of_domain``. The user ids
     of the valid rows come out as canonical person keys
-    (:mod:`stream.ingest.person_key`).
+    (:mod:`stream.ingest.person_key`; ``numeric_user_ids`` is ``schema.numeric_user_ids``).
 
     Raises:
         ValueError: the batch lacks a column for some attribute (a
@@ -641,7 +641,7 @@ def validate_batch(
             chars = pc.utf8_length(uid.take(pa.array(long))).to_numpy(zero_copy_only=False)
             bad[long[chars > max_user_id_chars]] = True
         rb.mark(bad, "invalid_user_id", f"the user id must be 1 to {max_user_id_chars} characters")
-        uid, invisible = canonical_keys(uid)  # one key per person (docs/privacy.md §1.2)
+        uid, invisible = canonical_keys(uid, numeric=numeric_user_ids)  # one key per person (docs/privacy.md §1.2)
         rb.mark(invisible, "invalid_user_id", INVISIBLE_DETAIL)
     rb.mark(~t_parsed, "invalid_time", "the event time is neither epoch seconds nor ISO-8601")
     rb.mark(~np.isfinite(times), "non_finite", "the event time is not finite")

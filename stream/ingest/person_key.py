@@ -17,9 +17,17 @@ becomes a key (``docs/privacy.md`` §1.2):
   (e.g. zero-width space) or surrogate code point, is ``invalid_user_id``:
   such keys are invisible variations of another key.
 
-Merging keys never weakens privacy (two people under one key share one
-bound); splitting one person would. Every rule above merges or refuses,
-none splits.
+The numeric rule is switchable (``schema.numeric_user_ids``, default on): when
+ids are opaque strings (``"007"`` and ``"7"`` are two people), turn it off and
+only the NFC and invisible-character rules apply.
+
+What merging costs (``docs/privacy.md`` §1.2): people who share a key are
+protected as *one* person. Merging never splits a person, but it is not free
+for the others: with the smallest-(event time, bin) bounding rule, adding
+person P (``"007"``) can replace the record kept for person Q (``"7"``), an L1
+change of 2 where Δ = 1, i.e. a substitution that costs 2ε. Splitting one
+person into two keys would be worse (their records counted twice, without
+bound); every rule above merges or refuses, none splits.
 """
 
 from __future__ import annotations
@@ -41,8 +49,11 @@ INVISIBLE_DETAIL = (
 )
 
 
-def canonical_keys(ids: pa.Array) -> tuple[pa.Array, np.ndarray]:
+def canonical_keys(ids: pa.Array, *, numeric: bool = True) -> tuple[pa.Array, np.ndarray]:
     """``(keys, invisible)``: the canonical key of each id, and which ids are refused.
+
+    ``numeric`` (``schema.numeric_user_ids``): integer spellings of one number become one key;
+    off, ids are opaque text (NFC-normalised; invisible characters still refused).
 
     ``ids`` is a string array (nulls pass through as nulls). ``invisible``
     marks the ids that must be ``invalid_user_id``; their entry in ``keys`` is
@@ -55,6 +66,8 @@ def canonical_keys(ids: pa.Array) -> tuple[pa.Array, np.ndarray]:
     keys = ids
     if not pc.all(pc.equal(pc.string_is_ascii(ids), True)).as_py():
         keys = pc.utf8_normalize(keys, "NFC")
+    if not numeric:
+        return keys, np.asarray(invisible, dtype=bool)
     integer = pc.match_substring_regex(keys, _INTEGER_TEXT).fill_null(False)
     if pc.any(integer).as_py():
         plain = pc.match_substring_regex(keys, _PLAIN_INTEGER).fill_null(False)

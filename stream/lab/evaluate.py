@@ -807,6 +807,7 @@ def _load_events(settings: Settings, path: Path, *, strict: bool, progress: bool
     hists: list[np.ndarray] = []
     kept_flat: list[np.ndarray] = []
     kept_persons: list[Any] = []
+    kept_cells: list[int] = []
 
     frontier = -math.inf  # record-time progress (schema.arrival_time), as replay
 
@@ -817,6 +818,7 @@ def _load_events(settings: Settings, path: Path, *, strict: bool, progress: bool
                 kept = data.bounded(bound)
                 kept_flat.append(np.asarray(kept.flat, dtype=np.int64))
                 kept_persons.append(kept.user_id)
+                kept_cells.append(int(cell))
                 report.bounded_out += len(data) - len(kept)
             else:
                 counts = data.counts(bins, bound)
@@ -862,7 +864,7 @@ def _load_events(settings: Settings, path: Path, *, strict: bool, progress: bool
         raise InputError(f"{path}: no valid events, so no timesteps to evaluate ({report.summary()})")
     if personal:
         domain = settings.domain().size
-        rows = PersonalRows(tuple(kept_flat), tuple(kept_persons), domain, bins // domain - 1)
+        rows = PersonalRows(tuple(kept_flat), tuple(kept_persons), domain, bins // domain - 1, tuple(kept_cells))
         return Truth(rows.totals(), report, rows)
     return Truth(np.vstack(hists), report)
 

@@ -159,7 +159,7 @@ def load_records(settings: Settings, path: str | Path, *, strict: bool = False) 
             report.rows += len(batch) + len(block.rejections)
             rejected = [block.rejections]
             if len(batch):
-                valid, bad = validate_batch(batch, domain)
+                valid, bad = validate_batch(batch, domain, numeric_user_ids=settings.schema_.numeric_user_ids)
                 rejected.append(bad)
                 arrival = block.arrival
                 status = (window.offer_recorded(valid, np.asarray(arrival, dtype=np.float64)[valid.position])

@@ -67,6 +67,7 @@ class PersonalRows:
 
     Attributes:
         flat: per timestep, int64 ``level · bins + bin`` of each event contribution bounding kept.
+        cells: per timestep, its grid cell.
         persons: per timestep, the events' canonical person keys (an Arrow string array).
         bins: the domain's size.
         levels: the declaration's number of budget levels.
@@ -76,6 +77,13 @@ class PersonalRows:
     persons: tuple[Any, ...]
     bins: int
     levels: int
+    #: the grid cell of each timestep (w-event Sampling draws a coin per person and cell, as the
+    #: pipeline does); empty: timestep ``t`` is cell ``t``
+    cells: tuple[int, ...] = ()
+
+    def cell(self, t: int) -> int:
+        """The grid cell of timestep ``t`` (the label of a w-event Sampling coin)."""
+        return self.cells[t] if self.cells else t
 
     @property
     def timesteps(self) -> int:
@@ -181,7 +189,7 @@ def run_personal(
         flat = rows.flat[t]
         if not flat.size:
             return np.zeros(size, dtype=np.int64)
-        slots = engine.slots(state, flat // bins, rows.persons[t])
+        slots = engine.slots(state, flat // bins, rows.persons[t], rows.cell(t) if engine.coin_per_timestep else None)
         return np.bincount(slots * bins + flat % bins, minlength=size)
 
     return run_method(settings, workload, randomness, tick=tick, engine=engine, inputs=inputs)

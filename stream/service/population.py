@@ -39,9 +39,19 @@ def ledger_path(settings: Any) -> Path:
 
 
 def entry_for(settings: Any) -> PopulationEntry:
-    """This stream's declaration: its id, unit and ε (w-event: per window of ``w``)."""
+    """This stream's declaration: its id, unit and ε (w-event: per window of ``w``).
+
+    With ``privacy.personal`` a person loses up to their own tier's ε in this stream, and a tier
+    may be above ``privacy.epsilon``: the entry registers the largest declared ε (every tier and
+    the default), so the population's sum bounds the loss of a person of any tier in every stream
+    (``docs/privacy.md`` §10). Registering only ``privacy.epsilon`` would let two streams with a
+    research tier at ε = 2 both pass a cap of 2 while a research-tier person loses 4.
+    """
     p = settings.privacy
-    return PopulationEntry(settings.stream.id, p.unit, Fraction(p.epsilon), p.w if p.unit == "w-event" else None)
+    epsilon = Fraction(p.epsilon)
+    if p.personal is not None:
+        epsilon = max(epsilon, *(Fraction(e) for e in p.personal.tiers.values()))
+    return PopulationEntry(settings.stream.id, p.unit, epsilon, p.w if p.unit == "w-event" else None)
 
 
 def read_ledgers(path: Path) -> dict[str, PopulationLedger]:

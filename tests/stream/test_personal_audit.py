@@ -17,7 +17,22 @@ person's tier ledger says was spent on them (the ``personal`` block of the
 production message), and every variant of :data:`BROKEN` must exceed it.
 
 A person whose tier no part releases (Threshold below ε_t) must move no part's
-counts at all: checked exactly. That the pipeline's keyed per-person coin is
+counts at all: checked exactly.
+
+w-event Sampling is audited exactly as well (:func:`window_coin_loss`): a w-event
+neighbour keeps the person's records outside the window, so the loss is a
+property of the releases of *several* timesteps together. The production
+pipeline runs over two timesteps, the person present at both, D′ without
+their second record (a neighbour for the window of the second timestep,
+w = 1); the coins the engine draws are identified by the key of the drawer it
+builds for them (equal keys: one coin; distinct keys: independent coins, the
+keyed PRF's promise), every assignment of them is run, and the likelihood
+ratio of the two releases is computed from the exact discrete Laplace pmfs at
+the recorded scales and the exact inclusion probability. A coin for the
+stream's lifetime (what main did under w-event) gives ln-ratio
+ln((p·e⁴ + 1 − p)/(p·e² + 1 − p)) = 1.363 against a window ledger of 0.5 with
+one release outside the window (p = (e^0.5 − 1)/(e² − 1)); more releases
+outside it reveal the coin further and the loss tends to t = 2. That the pipeline's keyed per-person coin is
 the exact sampler's decision on the person's own drawer is checked in
 ``test_personal_pipeline.py``.
 """
@@ -35,8 +50,8 @@ import pytest
 
 import controller.personal as personal_module
 from controller.errors import InsufficientBudgetError
-from histogram.noise import Randomness
-from histogram.personalized.sampling import InclusionSampler
+from histogram.noise import Randomness, discrete_laplace_pmf
+from histogram.personalized.sampling import InclusionSampler, inclusion_probability
 from histogram.testing import RecordingDrawer
 from stream.config import load_settings
 from stream.ingest.events import EventBatch
@@ -274,3 +289,142 @@ def test_broken_personal_variant_is_caught(name):
 def test_the_twin_coin_is_the_pipeline_sampler():
     """The audit draws the coins with the very function the pipeline calls."""
     assert personal_module.InclusionSampler is InclusionSampler
+
+
+# -- w-event Sampling: the exact loss over the releases of two timesteps -----------------
+
+
+class _TaggedDrawer:
+    """Stands in for the coin's keyed drawer: carries its key, draws nothing."""
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+
+
+class _AssignedSampler:
+    """Stands in for the production sampler: the coin of a drawer key is the audit's assignment.
+
+    ``numer``/``big_t`` (which levels draw a coin) are the production sampler's own."""
+
+    assignment: dict[int, bool] = {}
+    seen: list[int] = []
+
+    def __init__(self, real: InclusionSampler) -> None:
+        self.numer, self.big_t = real.numer, real.big_t
+
+    @classmethod
+    def build(cls, levels, t):
+        return cls(InclusionSampler.build(levels, t))
+
+    def draw(self, budgets, drawer):
+        if drawer.key not in self.seen:
+            self.seen.append(drawer.key)
+        return np.array([self.assignment.get(drawer.key, True)] * len(budgets))
+
+
+def _window_events(second: bool) -> list[dict]:
+    """Research-tier background (at t: never sampled) over two timesteps, and the basic-tier target."""
+    out = [{"user_id": f"r{i}", "event_time": START + 3600 * h + 10 * i,
+            "attributes": {"a": "xy"[i % 2], "consent": "research"}} for h in (0, 1) for i in range(6)]
+    out.append({"user_id": "target", "event_time": START + 5, "attributes": {"a": "x", "consent": "basic"}})
+    if second:
+        out.append({"user_id": "target", "event_time": START + 3600 + 5, "attributes": {"a": "x", "consent": "basic"}})
+    return out
+
+
+def _window_run(events: list[dict], assignment: dict[int, bool], tamper) -> tuple[list, list, list]:
+    """(per timestep: the sampled part's counts, its noise scale; the messages) of one production run."""
+    settings = make_settings("sampling", "w-event", seed=11)
+    noise = _Recording(11)
+    _AssignedSampler.assignment = assignment
+    with _patched("InclusionSampler", _AssignedSampler), _patched("GeneratorDrawer", _TaggedDrawer):
+        pipe = ReleasePipeline(settings, noise=noise)
+        if tamper is not None:
+            tamper(pipe)
+        inputs: list[np.ndarray] = []
+        step = pipe.engine.step
+        pipe.engine.step = lambda st, c, d: (inputs.append(np.array(c)), step(st, c, d))[1]  # type: ignore[method-assign]
+        assert len(pipe.offer(EventBatch.from_records(events), whole_input=True)) == 0
+        sealed = pipe.seal(final=True)
+    engine = pipe.engine
+    assert len(engine.plan.parts) == 1 and len(sealed) == len(inputs) == 2
+    part = engine.plan.parts[0]
+    counts = [c.reshape(engine.levels + 1, engine.bins)[list(part.levels)].sum(axis=0) for c in inputs]
+    scales = [[d.scale for d in tape.tape if d.kind == "discrete_laplace"] for tape in noise.tapes]
+    scales = [s for s in scales if s]
+    assert len(scales) == 2 and all(len(s) == 1 for s in scales), "one release draw per timestep (uniform)"
+    return counts, [s[0] for s in scales], [json.loads(r.payload) for r in sealed]
+
+
+def window_coin_loss(tamper=None, *, reach: int = 40) -> tuple[float, Fraction]:
+    """(exact privacy loss of the two releases, D vs D′, the largest window spend the target's tier ledger shows).
+
+    D: the target at timesteps 0 and 1; D′: only at 0 (w = 1: the window of timestep 1). Every
+    assignment of the coins the engine draws is run through the production pipeline; the pmf of
+    the released counts is Σ_assignments P(assignment) · Π DLap(y − count; scale), exactly, over
+    every output within ``reach`` of the counts; the loss is the largest |ln P_D(y)/P_D′(y)|.
+    """
+    _AssignedSampler.seen = []
+    _window_run(_window_events(True), {}, tamper)  # which coins (drawer keys) exist
+    keys = list(_AssignedSampler.seen)
+    assert 1 <= len(keys) <= 2, f"the target's coins: {len(keys)} drawer keys"
+    p = inclusion_probability(F(TIERS["basic"]), F(MECHANISMS["sampling"]["threshold"]))
+    runs: dict[bool, list[tuple[float, list, list]]] = {True: [], False: []}
+    charged = F(0)
+    for bits in range(2 ** len(keys)):
+        assignment = {k: bool(bits >> j & 1) for j, k in enumerate(keys)}
+        weight = float(np.prod([p if v else 1 - p for v in assignment.values()]))
+        for second in (True, False):
+            counts, scales, messages = _window_run(_window_events(second), assignment, tamper)
+            runs[second].append((weight, counts, scales))
+            for m in messages:
+                tier = next(t for t in m["personal"]["tiers"] if t["tier"] == "basic")
+                charged = max(charged, F(tier["window_spent_exact"]))
+    every = [r for side in runs.values() for r in side]
+    # the outputs that can differ: (timestep, bin) where some run's count or scale differs
+    moving = [(t, b) for t in range(2) for b in range(every[0][1][t].size)
+              if len({(int(c[t][b]), s[t]) for _, c, s in every}) > 1]
+    assert 1 <= len(moving) <= 2, f"the target moves one bin per timestep at most: {moving}"
+    axes = []
+    for t, b in moving:
+        lo = min(int(c[t][b]) for _, c, _ in every) - reach
+        hi = max(int(c[t][b]) for _, c, _ in every) + reach
+        axes.append(np.arange(lo, hi + 1))
+    grid = np.meshgrid(*axes, indexing="ij")
+
+    def log_pmf(side: list[tuple[float, list, list]]) -> np.ndarray:
+        terms = []
+        for weight, counts, scales in side:
+            if weight == 0:
+                continue
+            log = np.full(grid[0].shape, np.log(weight))
+            for (t, b), y in zip(moving, grid, strict=True):
+                log = log + np.log(discrete_laplace_pmf(y - int(counts[t][b]), scales[t]))
+            terms.append(log)
+        return np.logaddexp.reduce(np.stack(terms), axis=0)
+
+    loss = float(np.max(np.abs(log_pmf(runs[True]) - log_pmf(runs[False]))))
+    return loss, charged
+
+
+def _lifetime_coin(pipe: ReleasePipeline) -> None:
+    """main before issue 27: one coin per person for the stream's lifetime, also under w-event."""
+    pipe.engine.coin_per_timestep = False
+
+
+#: broken variants of w-event Sampling, caught by the exact loss of :func:`window_coin_loss`
+WINDOW_BROKEN = {"w-event sampling: one coin for the stream's lifetime": _lifetime_coin}
+
+
+def test_w_event_sampling_loss_is_exact_and_within_the_window_ledger():
+    """A fresh coin per person and timestep: the exact loss reaches the tier's ε_i = 1/2 (the amplified
+    bound is tight in the tail) and never passes what the window ledger charged."""
+    loss, charged = window_coin_loss()
+    assert charged == F(1, 2)
+    assert 0.49 < loss <= charged + 1e-12, (loss, charged)
+
+
+@pytest.mark.parametrize("name", sorted(WINDOW_BROKEN))
+def test_broken_window_coin_is_caught(name):
+    loss, charged = window_coin_loss(WINDOW_BROKEN[name])
+    assert loss > charged + F(1, 2), f"{name}: exact loss {loss:.3f} vs the window ledger's {charged}"

@@ -26,7 +26,7 @@ SCHEMA = json.loads((SCHEMA_DIR / "release.schema.json").read_text())
 
 
 def make(tmp_path, *, mechanism="privacy_aware", unit="w-event", decision="dsat", table=None, tiers=None,
-         threshold=None, seed=3, persons=None):
+         threshold=None, seed=3, persons=None, w=3):
     personal = {"mechanism": mechanism, "tiers": tiers or {"basic": "0.5", "research": "2"},
                 "persons": persons if persons is not None else {"basic": 30, "research": 20, "default": 10}}
     if threshold is not None:
@@ -38,7 +38,8 @@ def make(tmp_path, *, mechanism="privacy_aware", unit="w-event", decision="dsat"
         path.write_text("user_id,tier\n" + "".join(f"{u},{t}\n" for u, t in table))
         personal["table"] = str(path)
     return load_settings(
-        privacy={"unit": unit, "epsilon": "1", "horizon": 12, "cutoff": 3, "w": 3, "population": 40,
+        privacy={"unit": unit, "epsilon": "1", "horizon": 12, "cutoff": min(3, w) if unit == "w-event" else 3, "w": w,
+                 "population": 40,
                  "personal": personal},
         schema={"attributes": [{"name": "a", "kind": "categorical", "values": ["x", "y", "z"]}]},
         release={"decision": decision},
@@ -166,9 +167,51 @@ def test_coins_are_cached_bounded_and_recomputed_identically(tmp_path, monkeypat
     assert other.size == 100
 
 
-@pytest.mark.parametrize("mechanism,threshold", [("privacy_aware", None), ("sampling", "2")])
-def test_restart_from_the_journal_is_byte_identical(tmp_path, mechanism, threshold):
-    s = make(tmp_path, mechanism=mechanism, threshold=threshold)
+def test_w_event_sampling_coin_is_fresh_per_person_and_timestep(tmp_path):
+    """w-event (w = 1): each person's coin at timestep c is the exact sampler on the drawer keyed by
+    HMAC(coin key, c, person), the same whoever else is there, and independent across timesteps
+    (docs/privacy.md §12.7): the coins of 300 persons at two cells are not one shared coin."""
+    s = make(tmp_path, mechanism="sampling", threshold="2", unit="w-event", w=1, decision="uniform")
+    pipe = ReleasePipeline(s)
+    eng, state = pipe.engine, pipe.engine_state
+    assert eng.coin_per_timestep
+    persons = [f"person-{i}" for i in range(300)]
+    level = pipe.personal.tier_level["basic"]
+    with pytest.raises(StateError, match="coin per person and timestep"):
+        eng.slots(state, np.full(300, level), persons)
+    at = {c: eng.slots(state, np.full(300, level), persons, c) for c in (5, 6)}
+    mixed = eng.slots(state, np.full(300, level), list(reversed(persons)), np.array([5, 6] * 150))[::-1]
+    assert mixed.tolist() == [at[6][i] if i % 2 == 0 else at[5][i] for i in range(300)]
+    key = state.coin_key.to_bytes(16, "little")
+    for c in (5, 6):
+        for i, p in enumerate(persons[:40]):
+            msg = b"dpstream-pdp-coin-timestep-v1\x00" + c.to_bytes(8, "little", signed=True) + p.encode()
+            digest = hmac.new(key, msg, hashlib.sha256).digest()
+            kept = sample_inclusion(np.array([level]), eng.plan.levels.epsilons, F(2),
+                                    GeneratorDrawer(int.from_bytes(digest[:16], "little")))[0]
+            assert (at[c][i] == level) == bool(kept)
+    both = float(np.mean((at[5] == level) & (at[6] == level)))
+    p = (np.exp(0.5) - 1) / (np.exp(2) - 1)  # independent coins: kept at both with p², not p
+    assert abs(both - p * p) < 5 * np.sqrt(p * p * (1 - p * p) / 300) + 1e-9
+    assert (at[5] != at[6]).any()
+
+
+@pytest.mark.parametrize("w", [2, 3])
+def test_w_event_sampling_with_a_window_over_one_timestep_is_refused(tmp_path, w):
+    """No amplification proof for w > 1 (docs/privacy.md §12.7): refused with the reason and what to do."""
+    from stream.config import ConfigError
+
+    with pytest.raises(ConfigError, match=f"w = {w}: a w-event neighbour keeps a person's records outside"):
+        make(tmp_path, mechanism="sampling", threshold="2", unit="w-event", w=w)
+    # every level at or above t draws no coin: nothing to amplify, nothing refused
+    make(tmp_path, mechanism="sampling", threshold="0.5", unit="w-event", w=w)
+
+
+@pytest.mark.parametrize("mechanism,threshold,unit,w", [("privacy_aware", None, "w-event", 3),
+                                                        ("sampling", "2", "w-event", 1),
+                                                        ("sampling", "2", "user-level", 3)])
+def test_restart_from_the_journal_is_byte_identical(tmp_path, mechanism, threshold, unit, w):
+    s = make(tmp_path, mechanism=mechanism, threshold=threshold, unit=unit, w=w)
     evs = events()
     _, whole = run(s, evs)
     first = [e for e in evs if e["event_time"] < START + 4 * HOUR]
@@ -177,7 +220,8 @@ def test_restart_from_the_journal_is_byte_identical(tmp_path, mechanism, thresho
     pipe.offer(EventBatch.from_records(first), whole_input=True)
     head = pipe.seal(final=True)
     entry = json.loads(json.dumps(head[-1].journal_entry()))  # through JSON, as the journal stores it
-    resumed = ReleasePipeline.resume_after(make(tmp_path, mechanism=mechanism, threshold=threshold), entry)
+    resumed = ReleasePipeline.resume_after(make(tmp_path, mechanism=mechanism, threshold=threshold, unit=unit, w=w),
+                                           entry)
     resumed.offer(EventBatch.from_records(rest), whole_input=True)
     tail = resumed.seal(final=True)
     assert [r.payload for r in head + tail] == [r.payload for r in whole]
@@ -201,9 +245,40 @@ def test_a_changed_declaration_is_refused_on_restart(tmp_path, change):
         changed = make(tmp_path, table=table, mechanism="utility_based")
     else:
         changed = make(tmp_path, table=table, persons={"basic": 31, "research": 20, "default": 10})
-    with pytest.raises(StateError, match="another privacy configuration"):
+    # the table's rows are private: not in the public fingerprint, caught by the snapshot's keyed digest
+    match = "consent table .* differs" if change == "table content" else "another privacy configuration"
+    with pytest.raises(StateError, match=match):
         ReleasePipeline.resume_after(changed, entry)
     ReleasePipeline.resume_after(make(tmp_path, table=table), entry)  # the same declaration continues
+
+
+def test_no_hash_of_the_consent_table_is_published(tmp_path):
+    """Issue 27.6: the public config (domain message, every config_fingerprint) must not carry a hash of the
+    table's rows: with the same public head counts, two tables that differ in one person's tier (or presence)
+    give the same fingerprint and the same domain message, and neither holds the rows' SHA-256. The stream's
+    snapshot keeps the digest only keyed by its secret coin key."""
+    from stream.messages import MessageBuilder
+
+    persons = {"basic": 2, "research": 2, "default": 10}
+    # the same table path (it is public configuration), other rows: p1 moves tier, p3 leaves, p55 joins
+    a = make(tmp_path, table=[("p1", "research"), ("p2", "basic"), ("p3", "basic"), ("p4", "research")],
+             persons=persons)
+    b = make(tmp_path, table=[("p1", "basic"), ("p2", "basic"), ("p55", "research"), ("p4", "research")],
+             persons=persons)
+    assert a.fingerprint() == b.fingerprint()
+    secret = a.personal_declaration().budgets.fingerprint()
+    assert secret != b.personal_declaration().budgets.fingerprint()
+    domain_a, domain_b = MessageBuilder(a).domain().to_bytes(), MessageBuilder(b).domain().to_bytes()
+    assert domain_a == domain_b and secret.encode() not in domain_a
+    _, sealed = run(a, events(timesteps=1, with_consent=False))
+    assert secret.encode() not in sealed[0].payload
+    snap = sealed[0].engine_snapshot()
+    eng = ReleasePipeline(a).engine
+    assert snap["declaration"] == eng.declaration_digest(int(snap["coin_key"], 16)) != secret
+    assert eng.declaration_digest(1) != eng.declaration_digest(2)  # keyed: nothing without the key
+    # attribute mode has no private rows: its fingerprint is the declaration's, as before
+    attr = make(tmp_path)
+    assert attr.privacy_view()["personal_declaration"] == attr.personal_declaration().budgets.fingerprint()
 
 
 def test_streams_without_personal_publish_no_personal_block(tmp_path):

@@ -120,3 +120,62 @@ def test_a_splitting_rule_fails_the_property():
     as_written = [str(s) for s in spellings(7)]
     assert len(set(as_written)) > 1
     assert len(set(_keys_via_json(spellings(7)))) == 1
+
+
+# -- issue 27.3: what merging costs, and opaque ids ------------------------------------------
+
+
+def test_opaque_ids_keep_their_spelling_and_still_refuse_invisible_variants():
+    ids = pa.array(["007", "7", "+7", "7.0", "e\u0301", "\u200b7"], type=pa.string())
+    numeric, _ = canonical_keys(ids)
+    assert numeric.to_pylist()[:4] == ["7", "7", "7", "7"]
+    opaque, invisible = canonical_keys(ids, numeric=False)
+    assert opaque.to_pylist()[:5] == ["007", "7", "+7", "7.0", "\u00e9"]  # NFC still applies
+    assert invisible.tolist() == [False] * 5 + [True]  # a zero-width space is still refused
+
+
+def _sealed_counts(numeric: bool | None, events: list[dict]):  # noqa: ANN202
+    """The true histogram the engine is handed for one timestep (production pipeline)."""
+    import numpy as np
+
+    from stream.config import load_settings
+    from stream.ingest.events import EventBatch
+    from stream.pipeline import ReleasePipeline
+
+    schema = {"attributes": [{"name": "b", "kind": "categorical", "values": ["x", "y"]}]}
+    if numeric is not None:
+        schema["numeric_user_ids"] = numeric
+    s = load_settings(schema=schema, privacy={"unit": "user-level", "epsilon": "1", "horizon": 2, "cutoff": 1},
+                      release={"decision": "uniform"}, kafka={"record_time": "log-append-time"},
+                      stream={"start": "2024-01-01T00:00:00Z", "timestep": "1h"},
+                      randomness={"seed": 1, "allow_seeded_noise": True})
+    pipe = ReleasePipeline(s)
+    pipe.offer(EventBatch.from_records(events), whole_input=True)
+    (cell,) = pipe.window.open_cells
+    # what _seal_cell hands the engine: the timestep's events after contribution bounding
+    counts = pipe.window.take(cell).counts(pipe.input_bins, s.privacy.contribution_bound)
+    return np.asarray(counts, dtype=np.int64), s
+
+
+START = 1_704_067_200
+Q = {"user_id": "7", "event_time": START + 600, "attributes": {"b": "x"}}
+P = {"user_id": "007", "event_time": START + 60, "attributes": {"b": "y"}}  # earlier: bounding keeps it
+
+
+def test_a_merged_key_is_one_person_so_a_newcomer_can_replace_a_record():
+    """The guarantee §1.2 states: people who share a canonical key are protected as one person. Adding
+    P ("007") replaces Q's ("7") kept record under the smallest-(event time, bin) rule: L1 = 2 where Δ = 1,
+    a substitution (2ε). With schema.numeric_user_ids: false they are two people and L1 = Δ = 1."""
+    for numeric, l1 in ((None, 2), (True, 2), (False, 1)):
+        d, _ = _sealed_counts(numeric, [Q])
+        d2, _ = _sealed_counts(numeric, [Q, P])
+        assert int(abs(d2 - d).sum()) == l1, numeric
+
+
+def test_opaque_ids_enter_the_fingerprint_only_when_set():
+    _, default = _sealed_counts(None, [Q])
+    _, numeric = _sealed_counts(True, [Q])
+    _, opaque = _sealed_counts(False, [Q])
+    assert "person_keys" not in default.privacy_view()  # existing streams keep their fingerprint
+    assert default.fingerprint() == numeric.fingerprint() != opaque.fingerprint()
+    assert opaque.privacy_view()["person_keys"] == "opaque"

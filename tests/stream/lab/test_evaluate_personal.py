@@ -59,7 +59,9 @@ def write_stream(tmp_path, *, mechanism="sampling", unit="w-event", threshold="1
         table.write_text("person_id,tier\n" + "".join(f"p{i},{names[i % 3]}\n" for i in range(people) if i % 4))
         personal["table"] = str(table)
     privacy = {"unit": unit, "epsilon": "1", "cutoff": 3, "population": people, "personal": personal}
-    privacy.update({"w": 3} if unit == "w-event" else {"horizon": timesteps})
+    # w-event Sampling is proven (and allowed) for w = 1 only (docs/privacy.md §12.7)
+    w = 1 if mechanism == "sampling" else 3
+    privacy.update({"w": w, "cutoff": min(3, w)} if unit == "w-event" else {"horizon": timesteps})
     config = {
         "stream": {"id": "pdp-lab", "timestep": "1h", "start": "2024-01-01T00:00:00Z"},
         "schema": {"user_id": "person_id", "event_time": "event_time",
@@ -130,7 +132,7 @@ def test_coins_are_drawn_per_run(tmp_path):
         eng = settings.personal_declaration().engine(settings, Randomness.seeded(seed))
         state = eng.initial_state()
         rows: PersonalRows = truth.personal
-        slots = eng.slots(state, rows.flat[0] // rows.bins, rows.persons[0])
+        slots = eng.slots(state, rows.flat[0] // rows.bins, rows.persons[0], rows.cell(0))
         engine_inputs.append(slots)
     excluded = [int((s == truth.personal.levels).sum()) for s in engine_inputs]
     assert all(e > 0 for e in excluded)  # persons below t = 2 are sampled out with probability > 0
@@ -196,7 +198,7 @@ def test_personal_flag_needs_a_personal_config(tmp_path, capsys):
 
 
 def test_default_threshold_is_the_declared_weighted_mean(tmp_path):
-    config, _ = write_stream(tmp_path, mechanism="privacy_aware")
+    config, _ = write_stream(tmp_path, mechanism="privacy_aware", unit="user-level")  # Sampling: not w-event w > 1
     settings = load_settings(config)
     levels = settings.personal_declaration().levels  # the table's rows per tier; the default tier has none
     mean = sum((e * n for e, n in zip(levels.epsilons, levels.counts, strict=True)), Fraction(0)) / sum(levels.counts)

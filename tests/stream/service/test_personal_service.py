@@ -49,7 +49,7 @@ def _events(first: int, last: int) -> list[dict]:
 def _config(bootstrap, state, stream_id, tiers=TIERS):
     return service_config(
         bootstrap, state, stream_id=stream_id, seed=5,
-        privacy={"unit": "w-event", "w": 4, "epsilon": "1", "horizon": None, "cutoff": 2,
+        privacy={"unit": "w-event", "w": 1, "epsilon": "1", "horizon": None, "cutoff": 1,  # Sampling: w = 1 (§12.7)
                  "personal": {"mechanism": "sampling", "threshold": "2", "attribute": "consent", "tiers": tiers,
                               "persons": {"basic": 40, "research": 30, "default": 30}}},
         release={"decision": "dsat"},

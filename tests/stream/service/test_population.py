@@ -63,6 +63,36 @@ def test_the_file_is_replaced_atomically_and_keeps_every_population(tmp_path):
 
 
 @pytest.mark.kafka
+def _personal_stream(stream_id: str, tiers: dict[str, str]):  # noqa: ANN202
+    from stream.config import load_settings
+
+    return load_settings(
+        stream={"id": stream_id, "start": "2024-01-01T00:00:00Z", "timestep": "1h"},
+        privacy={"unit": "user-level", "epsilon": "1", "horizon": 4, "cutoff": 2,
+                 "shared_population": {"name": "city", "cap": "2"},
+                 "personal": {"mechanism": "privacy_aware", "attribute": "consent", "tiers": tiers,
+                              "persons": {"research": 10, "default": 10}}},
+        schema={"attributes": [{"name": "a", "kind": "categorical", "values": ["x", "y"]}]},
+        release={"decision": "uniform"}, kafka={"record_time": "log-append-time"},
+    )
+
+
+def test_personal_streams_register_their_largest_tier(tmp_path):
+    """Two streams with a research tier at ε = 2: a research-tier person loses 2 + 2 = 4, so under a
+    cap of 2 the second is refused (issue 27.3: main registered privacy.epsilon = 1 each and took both)."""
+    from controller.population import PopulationRefused
+    from stream.service.population import entry_for
+
+    path = tmp_path / "populations.json"
+    first = entry_for(_personal_stream("a", {"research": "2"}))
+    assert first.epsilon == 2
+    register_stream(path, "city", Fraction(2), first)
+    with pytest.raises(PopulationRefused, match="largest tier"):
+        register_stream(path, "city", Fraction(2), entry_for(_personal_stream("b", {"research": "2"})))
+    # tiers below privacy.epsilon: the default ε is the largest
+    assert entry_for(_personal_stream("c", {"research": "1/2"})).epsilon == 1
+
+
 def test_a_stream_that_would_exceed_the_cap_refuses_to_start_naming_both(broker, tmp_path):  # noqa: F811
     ledger = tmp_path / "shared" / "populations.json"
     shared = {"shared_population": {"name": "city", "cap": "1"}}
