@@ -143,13 +143,13 @@ class MarginalView:
         return out
 
 
-def _records(data: np.ndarray | RecordTable, levels: tuple[int, ...]) -> np.ndarray:
+def _records(data: np.ndarray | RecordTable, levels: tuple[int, ...]) -> np.ndarray | RecordTable:
     """The ``(n, m)`` records of a timestep given as a :class:`RecordTable` (huge domains: the
     vector is never built) or as the row-major count vector (same rows, same order)."""
     if isinstance(data, RecordTable):
         if data.levels != tuple(levels):
             raise MechanismError(f"records over levels {data.levels} for a mechanism over {tuple(levels)}")
-        return data.rows
+        return data  # the mechanisms count its tables once, shared with the view (RecordTable.table)
     true = np.asarray(data)
     bins = int(np.prod(levels))
     if true.shape != (bins,) or true.dtype.kind not in "iu" or (true.size and true.min() < 0):

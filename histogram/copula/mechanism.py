@@ -67,13 +67,12 @@ from histogram.copula.model import GaussianCopula
 from histogram.copula.statistics import (
     check_records,
     concordance,
-    marginal_counts,
     median_split_table,
     pairs,
-    two_way,
 )
 from histogram.errors import MechanismError
 from histogram.noise import NoiseDrawer
+from histogram.records import RecordTable, rows_and_tables
 
 __all__ = ["DPCopula", "CopulaRelease", "VARIANTS", "tau_of_rho", "kendall_grid_statistic"]
 
@@ -223,12 +222,12 @@ class DPCopula:
         return sum(self.split(epsilon), Fraction(0))
 
     # -- release -----------------------------------------------------------
-    def release(self, records: np.ndarray, epsilon: Fraction, noise: NoiseDrawer) -> CopulaRelease:
+    def release(self, records: np.ndarray | RecordTable, epsilon: Fraction, noise: NoiseDrawer) -> CopulaRelease:
         """Release a DP Gaussian copula of ``records`` at ``epsilon`` (already charged by the caller)."""
-        x = check_records(records, self.levels)
+        x, table = rows_and_tables(records, self.levels, check_records)
         levels = self.levels
         m = len(levels)
-        true_marginals = marginal_counts(x, levels)
+        true_marginals = [table((j,)) for j in range(m)]
         flat = np.concatenate(true_marginals)
         noisy_flat = flat + np.asarray(noise.discrete_laplace(self.marginal_scale(epsilon), flat.size), dtype=np.int64)
         cuts = np.cumsum([0, *levels])
@@ -243,7 +242,7 @@ class DPCopula:
         intervals = None
         if self.variant == "kendall":
             stats = np.array(
-                [kendall_grid_statistic(concordance(two_way(x, levels, j, k)), x.shape[0], self.min_records, self.resolution)
+                [kendall_grid_statistic(concordance(table((j, k))), x.shape[0], self.min_records, self.resolution)
                  for j, k in ps],
                 dtype=np.int64,
             )
@@ -418,15 +417,22 @@ def _partition_sums(x: np.ndarray, part: np.ndarray, parts: int, resolution: int
         mid = np.cumsum(counts, axis=1) - (counts - 1) / 2
         table = ndtri(mid / (n_t[:, None] + 1))
         scores[:, j] = table.reshape(-1)[key]
-    sums = np.stack([np.bincount(part, weights=scores[:, j], minlength=parts) for j in range(m)], axis=1)
+    # per part, the sums and the Gram matrix of the scores: one matrix product per part over the
+    # records grouped by part (BLAS), instead of a weighted bincount per pair (m² passes over n)
+    order = np.argsort(part, kind="stable")
+    grouped = scores[order]
+    bounds = np.concatenate([[0], np.cumsum(n_t.astype(np.int64))])
+    sums = np.zeros((parts, m))
+    gram = np.zeros((parts, m, m))
+    for t in range(parts):
+        block = grouped[bounds[t]:bounds[t + 1]]
+        if block.shape[0]:
+            sums[t] = block.sum(axis=0)
+            gram[t] = block.T @ block
     safe_n = np.maximum(n_t, 1.0)
-    cross = {}
 
     def centred(j: int, k: int) -> np.ndarray:
-        if (j, k) not in cross:
-            raw = np.bincount(part, weights=scores[:, j] * scores[:, k], minlength=parts)
-            cross[(j, k)] = raw - sums[:, j] * sums[:, k] / safe_n
-        return cross[(j, k)]
+        return gram[:, j, k] - sums[:, j] * sums[:, k] / safe_n
 
     enough = n_t >= 3
     # a column constant within a part has variance 0 (up to rounding): its r is 0

@@ -43,16 +43,11 @@ import numpy as np
 from histogram.copula.statistics import check_records
 from histogram.errors import MechanismError
 from histogram.noise import NoiseDrawer
+from histogram.records import RecordTable, rows_and_tables
 
 __all__ = ["KWayMarginals", "KWayRelease", "make_consistent"]
 
 Subset = tuple[int, ...]
-
-
-def _table(x: np.ndarray, levels: tuple[int, ...], attrs: Subset) -> np.ndarray:
-    shape = tuple(levels[a] for a in attrs)
-    flat = np.ravel_multi_index(tuple(x[:, a] for a in attrs), shape) if x.shape[0] else np.zeros(0, np.int64)
-    return np.bincount(flat, minlength=int(np.prod(shape))).astype(np.int64).reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -115,14 +110,15 @@ class KWayMarginals:
         return sum((s * Fraction(epsilon) for s in self.shares), Fraction(0))
 
     # -- release -----------------------------------------------------------
-    def release(self, records: np.ndarray, epsilon: Fraction, noise: NoiseDrawer, *, consistent: bool = True) -> KWayRelease:
+    def release(self, records: np.ndarray | RecordTable, epsilon: Fraction, noise: NoiseDrawer, *,
+                consistent: bool = True) -> KWayRelease:
         """Noisy tables of every order 1..R (one discrete Laplace draw per order), made consistent."""
-        x = check_records(records, self.levels)
+        x, table = rows_and_tables(records, self.levels, check_records)
         noisy: dict[Subset, np.ndarray] = {}
         variance: dict[Subset, float] = {}
         for k in range(1, self.max_order + 1):
             subsets = self.subsets(k)
-            tables = [_table(x, self.levels, s) for s in subsets]
+            tables = [table(s) for s in subsets]
             flat = np.concatenate([t.ravel() for t in tables])
             scale = self.scale(k, epsilon)
             drawn = flat + np.asarray(noise.discrete_laplace(scale, flat.size), dtype=np.int64)

@@ -15,11 +15,16 @@ import pytest
 
 from histogram.errors import MechanismError
 from histogram.marginals import KWayMarginals
-from histogram.marginals.kway import _table
 from histogram.noise import Randomness
+from histogram.records import RecordTable
 from histogram.testing import RecordingDrawer
 
 LEVELS = (3, 4, 2, 5)
+
+
+def _table(x, levels, attrs):
+    """The true table over ``attrs`` (shaped over their levels), counted independently of the mechanism."""
+    return RecordTable(levels, x).table(attrs).reshape(tuple(levels[a] for a in attrs))
 
 
 def records(n: int, seed: int) -> np.ndarray:
