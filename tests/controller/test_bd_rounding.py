@@ -109,9 +109,11 @@ def _round_up(remaining: Fraction, grid: Fraction) -> Fraction:
     return -(-(remaining / 2) // grid) * grid if remaining > 0 else Fraction(0)
 
 
-def test_rounding_up_is_caught(monkeypatch):
-    monkeypatch.setattr(kellaris, "bd_publication_epsilon", _round_up)
+def test_rounding_up_is_caught():
+    """The property's check fails on the broken variant (the publication ε above half the remainder)."""
     eps, w, recent = Fraction(1), 4, [5 * G1]
-    got = decide(eps, w, recent, monkeypatch)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(kellaris, "bd_publication_epsilon", _round_up)
+        got = decide(eps, w, recent, monkeypatch)
     want, _ = documented(eps, recent)
     assert got is not None and got > want and got > (eps / 2 - recent[0]) / 2

@@ -73,6 +73,18 @@ def _evaluated(settings, truth):  # type: ignore[no-untyped-def]
 
 
 def test_the_whole_plan_is_the_same_for_two_inputs_that_differ_from_the_declaration():
+    check_plan_from_configuration_only()
+    # not vacuous: with the larger input's peak declared, the plan differs beyond its facts (the
+    # *choice* here is the same, which is why comparing only the choice proves nothing)
+    peak = int(large_input().sum(axis=1).max())
+    planner._CACHE.clear()
+    other = plan(_settings(peak)).to_json()
+    base = plan(_settings(DECLARED)).to_json()
+    assert other["facts"]["population"] == peak
+    assert {k: v for k, v in other.items() if k != "facts"} != {k: v for k, v in base.items() if k != "facts"}
+
+
+def check_plan_from_configuration_only() -> None:
     s = _settings(DECLARED)
     small, large = small_input(), large_input()
     peaks = int(small.sum(axis=1).max()), int(large.sum(axis=1).max())
@@ -83,9 +95,30 @@ def test_the_whole_plan_is_the_same_for_two_inputs_that_differ_from_the_declarat
     assert a == b == plan(s).to_json()
     assert a["facts"]["population"] == DECLARED
     assert ran_a == ran_b == [resolve(s).fingerprint()]
-    # not vacuous: with the larger input's peak declared, the plan differs beyond its facts (the
-    # *choice* here is the same, which is why comparing only the choice proves nothing)
+
+
+def test_a_planner_reading_the_input_population_is_caught():
+    """The broken variant: the plan ``evaluate`` reports is computed with the evaluated input's peak as
+    the population (patched in around ``Workload.build``, which sees the input first)."""
+    import stream.lab.evaluate as evaluate_mod
+    from stream.lab.evaluate import settings_with
+
+    seen: dict[str, int] = {}
+    real_build, real_plan = evaluate_mod.Workload.build, planner.plan
+
+    def build(truth, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen["peak"] = int(np.asarray(truth).sum(axis=1).max())
+        return real_build(truth, *args, **kwargs)
+
+    def reading_plan(settings, **kwargs):  # type: ignore[no-untyped-def]
+        if "peak" in seen:
+            settings = settings_with(settings, {"privacy": {"population": seen["peak"]}})
+        return real_plan(settings, **kwargs)
+
     planner._CACHE.clear()
-    other = plan(_settings(peaks[1])).to_json()
-    assert other["facts"]["population"] == peaks[1]
-    assert {k: v for k, v in other.items() if k != "facts"} != {k: v for k, v in a.items() if k != "facts"}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(evaluate_mod.Workload, "build", build)
+        mp.setattr(planner, "plan", reading_plan)
+        with pytest.raises(AssertionError):
+            check_plan_from_configuration_only()
+    planner._CACHE.clear()

@@ -34,10 +34,13 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
+import tempfile
 import threading
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -266,3 +269,64 @@ def test_neighbours_give_identical_logs_and_public_metrics(decision, unit, tmp_p
     assert_surfaces_identical(d, d2)
     assert_public_metrics_are_the_output(d)
     assert_public_metrics_are_the_output(d2)
+
+
+# -- broken variants: a raw quantity on an operator surface ------------------------------------------
+def _stash_events(monkeypatch, stash: dict[str, int]) -> None:  # type: ignore[no-untyped-def]
+    """Remember the true event count of the last timestep released (what a careless change would log)."""
+    real = loop_mod.Service._journaled_release
+
+    def journaled(self, sealed):  # type: ignore[no-untyped-def]
+        r = real(self, sealed)
+        stash["events"] = int(r.audit.get("events", 0))
+        return r
+
+    monkeypatch.setattr(loop_mod.Service, "_journaled_release", journaled)
+
+
+def _raw_log_field(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    stash: dict[str, int] = {}
+    _stash_events(monkeypatch, stash)
+    real = loop_mod.log
+
+    def log(logger, level, event, **fields):  # type: ignore[no-untyped-def]
+        if event == "released":
+            fields["releases"] = stash.get("events", 0)  # an allowlisted name, a raw value
+        real(logger, level, event, **fields)
+
+    monkeypatch.setattr(loop_mod, "log", log)
+
+
+def _raw_public_metric(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    stash: dict[str, int] = {}
+    _stash_events(monkeypatch, stash)
+    real = Metrics.set_budget
+
+    def set_budget(self, **kw):  # type: ignore[no-untyped-def]
+        real(self, **kw)
+        self.epsilon_remaining.set(float(kw["remaining"]) + 1e-9 * stash.get("events", 0))
+
+    monkeypatch.setattr(Metrics, "set_budget", set_budget)
+
+
+def _volume_classed_public(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(sys.modules[__name__], "PUBLIC", PUBLIC | {"dpstream_events_accepted"})
+
+
+SURFACE_VARIANTS = {
+    "raw count in an allowlisted log field": _raw_log_field,
+    "raw value in a public metric": _raw_public_metric,
+    "volume metric classed public": _volume_classed_public,
+}
+
+
+@pytest.mark.parametrize("variant", sorted(SURFACE_VARIANTS))
+def test_broken_surface_is_caught(variant):
+    """Each variant, planted by monkeypatching, makes the neighbours' surfaces differ (no fixtures: the
+    audit catalogue calls this directly)."""
+    with tempfile.TemporaryDirectory(prefix="surfaces-") as tmp, pytest.MonkeyPatch.context() as mp:
+        SURFACE_VARIANTS[variant](mp)
+        d = run_service(mp, Path(tmp) / "d", "uniform", "user-level", extra=False)
+        d2 = run_service(mp, Path(tmp) / "d2", "uniform", "user-level", extra=True)
+    with pytest.raises(AssertionError, match="differs"):
+        assert_surfaces_identical(d, d2)
