@@ -1019,4 +1019,41 @@ CATALOGUE: dict[str, AuditEntry] = {
         },
         "exact: neighbours on the same recorded noise give byte-identical metadata (PSD widths recomputed from the release)",
     ),
+    # issue 27 item 7: checks for bugs that passed the whole non-Kafka suite before
+    "inclusion-deadline": AuditEntry(
+        "engine", "tests.stream.test_neighbours_deadline", None,
+        {"allowed_lateness counted twice on the inclusion path": Catch("test_a_lenient_deadline_is_caught", {})},
+        "hypothesis property at the deadline: honest records just past it, a newcomer completing the cell one "
+        "poll earlier; L1 per sealed timestep ≤ the contribution bound (pinned @examples, nightly profile)",
+    ),
+    "operator-surfaces": AuditEntry(
+        "engine", "tests.stream.service.test_operator_surfaces", "SURFACE_VARIANTS",
+        _named("test_broken_surface_is_caught", ("raw count in an allowlisted log field",
+                                                 "raw value in a public metric", "volume metric classed public"),
+               key="variant"),
+        "exact: the real service loop on neighbours with the same seeded noise; every log field and every public "
+        "metric (scraped after each checkpoint) byte-identical",
+    ),
+    "empty-timesteps": AuditEntry(
+        "engine", "tests.controller.test_empty_timesteps", "EMPTY_VARIANTS",
+        {"republish, no draw": Catch("test_broken_empty_variant_is_caught",
+                                     {"method": "sample", "unit": "w-event", "variant": "republish, no draw"}),
+         "republish, draws kept": Catch("test_broken_empty_variant_is_caught",
+                                        {"method": "dsat", "unit": "user-level", "variant": "republish, draws kept"})},
+        "exact on the same recorded noise (draws, charges, data-independent decisions) and a CP bound on the "
+        "decision of data-dependent methods, an empty timestep vs one person in it, every method",
+    ),
+    "planner-inputs": AuditEntry(
+        "engine", "tests.stream.lab.test_planner_inputs", None,
+        {"planner reads the input's population":
+         Catch("test_a_planner_reading_the_input_population_is_caught", {})},
+        "exact: the whole plan for two inputs that differ from each other and from the declared population "
+        "equals the plan from configuration alone",
+    ),
+    "bd-rounding": AuditEntry(
+        "engine", "tests.controller.test_bd_rounding", None,
+        {"publication ε rounded up": Catch("test_rounding_up_is_caught", {})},
+        "exact: BD's publication ε vs ⌊(remaining/2)/g⌋·g recomputed from the public state, remaining an odd "
+        "number of grid steps",
+    ),
 }

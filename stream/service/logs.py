@@ -44,7 +44,9 @@ FIELDS: dict[str, str] = {
     "offset": "the offset of that record (operational; the record stays in the topic)",
     "error": "an error text (messages written by dpstream or its clients, no data values)",
     "error_type": "the exception class name",
-    "size_bytes": "journal size (operational; grows with checkpoints, not with events)",
+    "size_bytes": "journal size (operational; operator-only input volume like the volume metrics: it moves "
+                  "with the published release bytes, the open timesteps' buffered events and the last "
+                  "checkpoint's dead-letter records)",
     "timeout_seconds": "a configured timeout",
     "cause": "why a journal write failed: the OS error text, e.g. 'No space left on device' (operational)",
     "attempts": "how many times a journal write was tried (operational)",
