@@ -74,7 +74,7 @@ from histogram.errors import MechanismError
 from histogram.noise import NoiseDrawer
 from histogram.records import RecordTable, rows_and_tables
 
-__all__ = ["DPCopula", "CopulaRelease", "VARIANTS", "tau_of_rho", "kendall_grid_statistic"]
+__all__ = ["DPCopula", "CopulaRelease", "VARIANTS", "tau_of_rho", "kendall_grid_statistic", "probabilities"]
 
 VARIANTS = ("kendall", "mle", "median")
 
@@ -234,7 +234,7 @@ class DPCopula:
         noisy_marginals = tuple(noisy_flat[cuts[j] : cuts[j + 1]].copy() for j in range(m))
         for v in noisy_marginals:
             v.setflags(write=False)
-        probs = tuple(_probabilities(v) for v in noisy_marginals)
+        probs = tuple(probabilities(v) for v in noisy_marginals)
         totals = [float(v.sum()) for v in noisy_marginals]
         total = max(0.0, float(np.mean(totals)))
         scale = self.dependence_scale(epsilon)
@@ -327,8 +327,9 @@ def score_correlation(t1: np.ndarray, t2: np.ndarray, s1: np.ndarray, s2: np.nda
     return float((p * np.outer(c1, c2)).sum() / np.sqrt(v1 * v2))
 
 
-def _probabilities(noisy: np.ndarray) -> np.ndarray:
-    """Noisy counts → probabilities: clip at 0, normalise; uniform when nothing is left."""
+def probabilities(noisy: np.ndarray) -> np.ndarray:
+    """Noisy counts → probabilities: clip at 0, normalise; uniform when nothing is left (the released
+    model's marginals, recomputed by anyone from the published counts)."""
     c = np.maximum(np.asarray(noisy, dtype=float), 0.0)
     s = c.sum()
     return c / s if s > 0 else np.full(c.size, 1.0 / c.size)

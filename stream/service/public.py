@@ -14,6 +14,9 @@ What it serves — and nothing else (``docs/privacy.md`` §9):
   output topic (a ``model-release`` message when ``release.mechanism`` is copula or marginals);
 * ``/api/releases?from=A&to=B``: the retained releases with ``A <= index < B``
   (both optional), oldest first, in an envelope that says what is retained;
+* ``/api/query?where=ATTR:LOW-HIGH…`` or ``?marginal=A,B`` (``&timestep=N``): a box count or
+  a marginal table computed from one retained release message (:mod:`stream.service.query`:
+  the released model or counts; post-processing, nothing new is revealed);
 * ``/api``: this list, as JSON.
 
 Every release byte served here is a release message the service committed to the
@@ -181,6 +184,9 @@ def make_public_app(feed: ReleaseFeed, domain: Callable[[], bytes | None]) -> Ca
                                         "a model release, message_type model-release: "
                                         "stream/schemas/model-release.schema.json)",
                 "/api/releases?from=A&to=B": "retained releases with A <= timestep index < B, oldest first",
+                "/api/query?where=ATTR:LOW-HIGH&where=...&timestep=N": "estimated records in a box of level "
+                "ranges, computed from a retained release (the released model or counts; default: the latest)",
+                "/api/query?marginal=ATTR,ATTR&timestep=N": "the table over those attributes, from a retained release",
             },
             "retained": feed.retained().to_json(),
         }
@@ -195,6 +201,32 @@ def make_public_app(feed: ReleaseFeed, domain: Callable[[], bytes | None]) -> Ca
         retained = json.dumps(feed.retained().to_json(), sort_keys=True, separators=(",", ":")).encode()
         body = b'{"releases":[' + b",".join(items) + b'],"retained":' + retained + b"}"
         return "200 OK", [("Content-Type", _JSON)], body
+
+    def answer(query: dict[str, list[str]]) -> Response:
+        from stream.service.query import QueryError, answer_query
+
+        data = domain()
+        if data is None:
+            return _error("503 Service Unavailable", "the service is starting; the domain is not known yet")
+        try:
+            index = _index_param(query, "timestep")
+        except ValueError as exc:
+            return _error("400 Bad Request", str(exc))
+        if index is None:
+            message = feed.latest()
+        else:
+            found = feed.between(index, index + 1)
+            message = found[0] if found else None
+        if message is None:
+            kept = feed.retained().to_json()
+            return _error("404 Not Found", "no release published yet" if index is None else
+                          f"timestep {index} is not retained here (retained {kept['first']}..{kept['last']}): "
+                          "read older releases from the output topic")
+        try:
+            body = answer_query(query, json.loads(data), json.loads(message))
+        except QueryError as exc:
+            return _error("400 Bad Request", str(exc))
+        return "200 OK", [("Content-Type", _JSON)], json.dumps(body, sort_keys=True).encode()
 
     def route(path: str, query: dict[str, list[str]]) -> Response:
         if path in ("/", "/index.html"):
@@ -217,8 +249,10 @@ def make_public_app(feed: ReleaseFeed, domain: Callable[[], bytes | None]) -> Ca
             return "200 OK", [("Content-Type", _JSON)], latest
         if path == "/api/releases":
             return releases(query)
+        if path == "/api/query":
+            return answer(query)
         return _error("404 Not Found", f"no such page {path!r}: the public port serves /, /api, /api/domain, "
-                                       "/api/releases/latest and /api/releases")
+                                       "/api/releases/latest, /api/releases and /api/query")
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")

@@ -18,6 +18,13 @@
     if (parent) parent.appendChild(e);
     return e;
   }
+  function hel(name, attrs, parent, text) { // an HTML element (el makes SVG ones)
+    const e = document.createElement(name);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    if (parent) parent.appendChild(e);
+    return e;
+  }
   function frac(s) {
     if (s === null || s === undefined) return null;
     const [a, b] = String(s).split("/");
@@ -102,6 +109,40 @@
       render();
     });
     $("select-form").addEventListener("submit", (e) => e.preventDefault());
+    setupQuery(d);
+  }
+  // -- a box count from /api/query (the release's model or counts, computed by the service) --
+  function setupQuery(d) {
+    const box = $("query-ranges");
+    box.textContent = "";
+    d.domain.attributes.forEach((a, j) => {
+      const labels = st.labels[j], label = hel("label", { class: "qrange" }, box, a.name + " ");
+      for (const [end, init] of [["lo", 0], ["hi", labels.length - 1]]) {
+        const s = hel("select", { id: "q-" + end + "-" + j, "data-attr": a.name }, label);
+        labels.forEach((t, i) => { const o = hel("option", { value: String(i) }, s, t); if (i === init) o.selected = true; });
+        if (end === "lo") hel("span", {}, label, " to ");
+      }
+    });
+    $("query-form").addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const where = d.domain.attributes.map((a, j) => {
+        const lo = Number($("q-lo-" + j).value), hi = Number($("q-hi-" + j).value);
+        const full = lo === 0 && hi === st.labels[j].length - 1;
+        return full ? null : "where=" + encodeURIComponent(a.name + ":" + Math.min(lo, hi) + "-" + Math.max(lo, hi));
+      }).filter((x) => x);
+      if (!where.length) where.push("where=" + encodeURIComponent(d.domain.attributes[0].name + ":0-" + (st.labels[0].length - 1)));
+      try {
+        const resp = await fetch("api/query?" + where.join("&"));
+        const body = await resp.json();
+        if (!resp.ok) { $("query-answer").textContent = "–"; $("query-note").textContent = body.error; return; }
+        $("query-answer").textContent = fmt(body.answer, 6);
+        $("query-answer").dataset.answer = String(body.answer);
+        $("query-note").textContent = "Timestep " + body.timestep + " (" + body.kind + "), from the " + body.computed_from +
+          ": computed from the release message, no privacy cost.";
+      } catch (err) {
+        $("query-note").textContent = "the query failed: " + err;
+      }
+    });
   }
   function clampBin(v) {
     const n = st.modelMode ? Math.max(1, st.cells) : st.domain.bins;

@@ -174,3 +174,33 @@ def test_live_page_shows_k_way_marginals_without_a_heat_map(tmp_path, monkeypatc
                 w.close(tmp_path / "live-marginals.png")
         finally:
             browser.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install -y chromium)")
+def test_live_page_counts_a_box_from_the_model(tmp_path, monkeypatch):
+    """The page's box form asks /api/query; the shown answer is the API's for the same box, and
+    the API's is the released copula's (checked in tests/stream/service/test_query_api.py)."""
+    svc, _ = paced_service(monkeypatch, _settings(tmp_path / "state", COPULA), pace=0.5, two_d=True,
+                           events_per_step=600, burst=6)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            with svc:
+                wait_for(lambda: svc.published() >= 6, 60, 0.1, "6 releases before the page opens")
+                w = Watched(browser, public_url(svc))
+                wait_for(lambda: w.count("#query-ranges select") == 4, 30, 0.1, "a range per attribute")
+                w.page.select_option("#q-lo-0", "2")
+                w.page.select_option("#q-hi-0", "5")
+                w.page.select_option("#q-hi-1", "1")
+                w.page.click("#query-run")
+                wait_for(lambda: w.page.get_attribute("#query-answer", "data-answer") is not None, 20, 0.1,
+                         "the answer")
+                shown = float(w.page.get_attribute("#query-answer", "data-answer"))
+                note = w.text("#query-note")
+                timestep = int(re.search(r"Timestep (\d+)", note).group(1))
+                api = json.loads(_get(public_url(svc) + f"/api/query?where=x:2-5&where=y:0-1&timestep={timestep}"))
+                assert shown == api["answer"] and "copula probability (exact)" in note
+                assert api["query"]["box"] == {"x": [2, 5], "y": [0, 1]}
+                w.close(tmp_path / "live-query.png")
+        finally:
+            browser.close()

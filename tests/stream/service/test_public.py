@@ -134,7 +134,9 @@ def test_release_api_serves_the_published_schemas_and_only_published_bytes(tmp_p
 
         _, _, body = _get(base + "/api")
         assert set(json.loads(body)["endpoints"]) == {"/api/domain", "/api/releases/latest",
-                                                      "/api/releases?from=A&to=B"}
+                                                      "/api/releases?from=A&to=B",
+                                                      "/api/query?where=ATTR:LOW-HIGH&where=...&timestep=N",
+                                                      "/api/query?marginal=ATTR,ATTR&timestep=N"}
 
 
 def test_public_port_is_not_the_operator_port(tmp_path, monkeypatch):
