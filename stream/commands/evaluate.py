@@ -362,7 +362,7 @@ def _run_mechanisms(args: argparse.Namespace) -> int:
         if schedule not in (*SCHEDULES, *ENGINE_DECISIONS):
             raise EvaluationError(f"with --mechanisms, --methods names the one decision every mechanism runs behind: "
                                   f"a public schedule ({' or '.join(SCHEDULES)}) or the service's "
-                                  f"{' or '.join(ENGINE_DECISIONS)} (needs the histogram: --max-cells), "
+                                  f"{' or '.join(ENGINE_DECISIONS)}, "
                                   f"got {args.methods!r}")
         if args.recommend or args.true_versions.strip():
             raise EvaluationError("--recommend and --true compare decision methods: drop them with --mechanisms")

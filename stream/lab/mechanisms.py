@@ -27,9 +27,10 @@ their own drawers.
 
 With ``schedule`` one of :data:`ENGINE_DECISIONS` the decision is the service's: each mechanism
 runs as ``release.mechanism`` in ``settings.engine()`` (DSAT/DSFT with their distance test in the
-mechanism's decision space), stepped on the full histogram of each timestep with the drawers
-``replay --seed seed+r`` uses, and the lab answers the queries from the very model the engine
-released (:func:`_run_engine`). Only where the histogram fits (``max_cells``).
+mechanism's decision space), stepped with the drawers ``replay --seed seed+r`` uses on what the
+service steps on — the bounded records (:class:`histogram.records.RecordTable`) for a model, the
+histogram for LPA and PSD (only where it fits, ``max_cells``) — and the lab answers the queries
+from the very model the engine released (:func:`_run_engine`).
 
 Queries (public, :func:`stream.lab.highdim.query_workload`): ``queries`` random
 boxes of each kind ``range1``, ``range2``, ``range3`` (1, 2, 3 constrained
@@ -54,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from histogram.noise import NoiseDrawer, Randomness
+from histogram.records import RecordTable
 from stream.config import Settings
 from stream.lab.evaluate import EvaluationError, InputError, InputReport
 from stream.lab.metrics import summarise
@@ -84,8 +86,8 @@ HISTOGRAM_MECHANISMS = frozenset({"lpa", "psd"})
 QUERY_KINDS = ("range1", "range2", "range3", "range_all", "marg1", "marg2")
 SCHEDULES = ("fixed", "uniform")
 #: data-dependent decisions that may run in front of a mechanism: the service's own engine decides
-#: (its distance test on the mechanism's decision space, ``docs/privacy.md`` §11.4), on the full
-#: histogram of every timestep (so the domain must have at most ``max_cells`` cells)
+#: (its distance test on the mechanism's decision space, ``docs/privacy.md`` §11.4), on the records
+#: of every timestep for a model, on the histogram for LPA and PSD (at most ``max_cells`` cells)
 ENGINE_DECISIONS = ("dsat", "dsft")
 DEFAULT_MAX_CELLS = 2_000_000  # PSD peaked at 12 GiB RSS on 1.7M cells (docs/results.md, issue 15)
 DEFAULT_SYNTHETIC = 100_000
@@ -501,9 +503,11 @@ def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth
     out = _Run([], [], [], 0, Fraction(0), Fraction(0), 0.0)
     for t, x in enumerate(truth.records):
         flat = np.ravel_multi_index(tuple(x.T), levels) if x.shape[0] else np.zeros(0, np.int64)
-        counts = np.bincount(flat, minlength=cells).astype(np.int64)
+        # what the service steps on (stream.pipeline): a model's bounded records, else the histogram
+        data = (np.bincount(flat, minlength=cells).astype(np.int64) if recorder is None
+                else RecordTable.from_cells(flat, levels))
         start = time.process_time()
-        release, state = engine.step(state, counts, rnd.drawer(stream_id, t, "release"))
+        release, state = engine.step(state, data, rnd.drawer(stream_id, t, "release"))
         model = None
         if release.kind == "fresh":
             syn = rnd.drawer(stream_id, t, f"synthetic/{name}")
@@ -607,9 +611,8 @@ def evaluate_mechanisms(
     methods: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     for name in names:
-        if (name in HISTOGRAM_MECHANISMS or engine_path) and cells > max_cells:
-            why = f"{schedule} decides on" if engine_path else f"{name} needs"
-            skipped[name] = (f"the domain has {cells:,} cells, more than --max-cells {max_cells:,}: {why} "
+        if name in HISTOGRAM_MECHANISMS and cells > max_cells:
+            skipped[name] = (f"the domain has {cells:,} cells, more than --max-cells {max_cells:,}: {name} needs "
                              "the full histogram (raise --max-cells if it fits in memory)")
             continue
         release = None if engine_path else _releaser(name, settings, levels, synthetic)
