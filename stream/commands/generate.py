@@ -77,6 +77,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="highdim: levels per attribute (default 6: 6^8 = 1,679,616 cells; at least 10^6 cells)")
     p.add_argument("--drift", type=float, default=1.0,
                    help="highdim: how far dependence and marginals drift over the horizon (0 = none, default 1)")
+    p.add_argument("--jump", type=float, default=None,
+                   help="highdim: at this share of the horizon (0..1) the dependence between attributes jumps "
+                        "(a further quarter turn of the loadings) while every marginal stays on its path")
     p.add_argument("--grid", type=_positive_int, default=64, help="traffic: cells per side (default 64)")
     p.add_argument("--timestep", default=None, help="timestep length (default 1d for census, 15m for traffic)")
     p.add_argument("--start", type=_start, default=None, help="time of the first timestep (default 2024-01-01T00:00:00Z)")
@@ -115,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         from stream.lab.highdim import HighDimParams
 
         try:
-            highdim = HighDimParams(attributes=args.attributes, levels=args.levels, drift=args.drift)
+            highdim = HighDimParams(attributes=args.attributes, levels=args.levels, drift=args.drift, jump=args.jump)
         except ValueError as exc:
             print(f"dpstream generate: error: {exc}", file=sys.stderr)
             return 2

@@ -641,7 +641,9 @@ def generate(
     elif kind == "highdim":
         header = (f"# dpstream generate highdim: {timesteps} timesteps, population {population}, "
                   f"{highdim.attributes} attributes x {highdim.levels} levels = {bins:,} cells, "
-                  f"drift {highdim.drift:g}, seed {seed}.\n"
+                  f"drift {highdim.drift:g}"
+                  + ("" if highdim.jump is None else f", dependence jump at timestep {highdim.jump_timestep(timesteps)}")
+                  + f", seed {seed}.\n"
                   "# Synthetic correlated, drifting population (stream/lab/highdim.py); evaluate it with "
                   "'dpstream evaluate --mechanisms lpa,psd,copula,marginals'.\n")
     else:

@@ -15,7 +15,11 @@ timestep) and drifts over the ``N`` timesteps in three ways:
   ``0.6·drift·sin(2π t/N + φ_j)``, so level frequencies change over time;
 * **people**: each person's latent vector is an AR(1) process (persistence
   0.9 per timestep) with the stationary law above, so a person's record at
-  ``t`` resembles their record at ``t − 1`` (user-level privacy matters).
+  ``t`` resembles their record at ``t − 1`` (user-level privacy matters);
+* **a jump of dependence** (``jump``, optional): from timestep ``⌊jump · N⌋`` on,
+  group A's loadings are turned by a further quarter turn at once, so which
+  attributes move together changes abruptly while every marginal stays on its
+  smooth path (a change only a decision that sees dependence can notice).
 
 Attribute ``j`` is cut into ``L`` levels at public, uneven latent cut points
 (half the attributes at equally spaced normal quantiles raised to 1.5, the
@@ -53,6 +57,7 @@ class HighDimParams:
             rotate by a quarter turn and the marginals move by up to 0.6 latent sd).
         persistence: AR(1) coefficient of a person's latent vector between timesteps, in [0, 1).
         mixture: share of people in group B (the anti-correlated pairs), in [0, 1).
+        jump: where in the horizon (a fraction in (0, 1)) the dependence jumps; None: no jump.
     """
 
     attributes: int = 8
@@ -60,6 +65,7 @@ class HighDimParams:
     drift: float = 1.0
     persistence: float = 0.9
     mixture: float = 0.2
+    jump: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.attributes, bool) or not 8 <= self.attributes <= 12:
@@ -76,6 +82,12 @@ class HighDimParams:
             raise ValueError(f"persistence must lie in [0, 1), got {self.persistence}")
         if not 0.0 <= self.mixture < 1.0:
             raise ValueError(f"mixture must lie in [0, 1), got {self.mixture}")
+        if self.jump is not None and not (math.isfinite(self.jump) and 0.0 < self.jump < 1.0):
+            raise ValueError(f"--jump must lie strictly between 0 and 1 (a share of the horizon), got {self.jump}")
+
+    def jump_timestep(self, timesteps: int) -> int | None:
+        """The first timestep after the jump of dependence (None: no jump)."""
+        return None if self.jump is None else max(1, int(self.jump * timesteps))
 
     @property
     def cells(self) -> int:
@@ -88,9 +100,10 @@ def highdim_attributes(params: HighDimParams) -> list[dict[str, Any]]:
             for j in range(params.attributes)]
 
 
-def highdim_latent_correlation(m: int, t: int, horizon: int, drift: float) -> np.ndarray:
-    """Group A's latent correlation matrix at timestep ``t`` (a rotating 2-factor model)."""
-    phase = drift * np.pi / 2 * t / max(1, horizon - 1)
+def highdim_latent_correlation(m: int, t: int, horizon: int, drift: float, jump_at: int | None = None) -> np.ndarray:
+    """Group A's latent correlation matrix at timestep ``t`` (a rotating 2-factor model; from
+    ``jump_at`` on, turned by a further quarter turn)."""
+    phase = drift * np.pi / 2 * t / max(1, horizon - 1) + (np.pi / 2 if jump_at is not None and t >= jump_at else 0.0)
     base = np.linspace(0, np.pi, m)
     load = np.stack([0.8 * np.cos(base + phase), 0.6 * np.sin(2 * base - phase)], axis=1)
     sigma = load @ load.T
@@ -139,11 +152,12 @@ def highdim_stream(timesteps: int, population: int, seed: int, params: HighDimPa
     ids = np.arange(n, dtype=np.int64)
     if info is not None:
         info.update(attributes=m, levels=params.levels, cells=params.cells, drift=params.drift,
-                    group_b=int(group_b.sum()))
+                    group_b=int(group_b.sum()), jump_timestep=params.jump_timestep(timesteps))
+    jump_at = params.jump_timestep(timesteps)
     for t in range(timesteps):
         if t:
             u = a * u + math.sqrt(1 - a * a) * rng.standard_normal((n, m))
-        chol_a = np.linalg.cholesky(highdim_latent_correlation(m, t, timesteps, params.drift))
+        chol_a = np.linalg.cholesky(highdim_latent_correlation(m, t, timesteps, params.drift, jump_at))
         z = np.where(group_b[:, None], u @ chol_b.T, u @ chol_a.T)
         z += 0.6 * params.drift * np.sin(2 * np.pi * t / max(1, timesteps) + phases)
         codes = np.empty((n, m), dtype=np.int64)

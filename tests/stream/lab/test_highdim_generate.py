@@ -108,3 +108,29 @@ def test_cli(tmp_path, capsys):
     assert main(["generate", "highdim", "--timesteps", "2", "--population", "30", "--levels", "3",
                  "--out", str(tmp_path / "d")]) == 2
     assert "raise --levels or --attributes" in capsys.readouterr().err
+
+
+def test_a_dependence_jump_changes_correlation_not_marginals():
+    """--jump: from the jump on, group A's correlation turns a quarter turn at once; the
+    marginals stay on their smooth path (level frequencies change no more at the jump than
+    elsewhere), so only a decision that sees dependence notices the jump."""
+    p = HighDimParams(attributes=8, levels=6, drift=0.5, jump=0.5, mixture=0.0, persistence=0.0)
+    steps = list(highdim_stream(10, 20_000, 3, p))
+    at = p.jump_timestep(10)
+    assert at == 5
+    before, after = highdim_latent_correlation(8, at - 1, 10, 0.5, at), highdim_latent_correlation(8, at, 10, 0.5, at)
+    smooth = highdim_latent_correlation(8, at, 10, 0.5)
+    assert np.abs(after - before).max() > 0.5 > np.abs(smooth - before).max()
+
+    def shares(codes):
+        return np.stack([np.bincount(codes[:, j], minlength=6) / codes.shape[0] for j in range(8)])
+
+    def corr(codes):
+        return np.corrcoef(codes.T.astype(float))
+
+    marginal_step = [np.abs(shares(steps[t].codes) - shares(steps[t - 1].codes)).sum() for t in range(1, 10)]
+    corr_step = [np.abs(corr(steps[t].codes) - corr(steps[t - 1].codes)).sum() for t in range(1, 10)]
+    assert marginal_step[at - 1] < 2 * np.median(marginal_step)  # no marginal jump
+    assert corr_step[at - 1] > 3 * np.median(corr_step)  # a dependence jump
+    with pytest.raises(ValueError, match="--jump"):
+        HighDimParams(jump=1.5)
