@@ -571,10 +571,12 @@ def zero_release(truths: Sequence[_Truth], workload, levels: tuple[int, ...], ta
     A mechanism whose error is not below this one's is no better than releasing nothing."""
     zero = _publish(_Zeros(levels), workload, tables)
     sums: dict[str, float] = {}
+    series: dict[str, list[float]] = {}
     for tr in truths:
         for k, v in _errors(zero, tr, workload, sanity).items():
             sums[k] = sums.get(k, 0.0) + v
-    return {k: v / max(1, len(truths)) for k, v in sums.items()}
+            series.setdefault(k, []).append(round(v, 6))
+    return {**{k: v / max(1, len(truths)) for k, v in sums.items()}, "per_timestep": series}
 
 
 def evaluate_mechanisms(
@@ -617,6 +619,8 @@ def evaluate_mechanisms(
             continue
         release = None if engine_path else _releaser(name, settings, levels, synthetic)
         per_run = []
+        series: dict[str, np.ndarray] = {}  # per-timestep errors, summed over runs (averaged below)
+        fresh_at = np.zeros(truth.timesteps)
         for r in range(runs):
             rnd = Randomness.seeded(seed + r)
             if release is None:
@@ -628,12 +632,17 @@ def evaluate_mechanisms(
             for t, pub in enumerate(run.published):
                 for k, v in _errors(pub, truths[t], workload, sanity).items():
                     sums[k] = sums.get(k, 0.0) + v
+                    series.setdefault(k, np.zeros(truth.timesteps))[t] += v
+            fresh_at += np.asarray([kind == "fresh" for kind in run.kinds], dtype=float)
             row = {k: v / truth.timesteps for k, v in sums.items()}
             row.update(fresh_releases=float(run.fresh), epsilon_spent=float(run.epsilon_spent),
                        max_window_spend=float(run.max_window_spend),
                        cpu_seconds_per_release=run.seconds / max(1, run.fresh))
             per_run.append(row)
-        methods[name] = {**summarise(per_run, settings.release.confidence), "what": MECHANISMS[name]}
+        methods[name] = {**summarise(per_run, settings.release.confidence), "what": MECHANISMS[name],
+                         # accuracy over time: each timestep's error and share of fresh releases, mean over runs
+                         "per_timestep": {**{k: [round(float(v) / runs, 6) for v in vals] for k, vals in series.items()},
+                                          "fresh_share": [round(float(v) / runs, 6) for v in fresh_at]}}
     result: dict[str, Any] = {
         "mode": "mechanisms",
         "timesteps": truth.timesteps,

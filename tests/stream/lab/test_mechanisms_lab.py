@@ -186,6 +186,13 @@ def test_dsat_in_front_runs_through_evaluate(highdim):
     for row in r["methods"].values():
         assert 1 <= row["fresh_releases"] <= rec.timesteps
         assert row["max_window_spend"] <= float(s.privacy.epsilon) + 1e-12
+        # accuracy over time: one value per timestep, whose mean is the reported error
+        series = row["per_timestep"]
+        assert len(series["marg2"]) == len(series["fresh_share"]) == rec.timesteps
+        assert np.mean(series["marg2"]) == pytest.approx(row["marg2"], rel=1e-4)
+        assert sum(series["fresh_share"]) == pytest.approx(row["fresh_releases"])
+    zero = r["references"]["zero-release"]
+    assert np.mean(zero["per_timestep"]["range1_abs"]) == pytest.approx(zero["range1_abs"], rel=1e-4)
     # the service steps a model on the records: no histogram, whatever the domain's size
     small = evaluate_mechanisms(s, rec, ["copula", "lpa"], runs=1, queries=10, schedule="dsft", max_cells=100)
     assert set(small["methods"]) >= {"copula"} and set(small["skipped"]) == {"lpa"}
