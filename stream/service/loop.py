@@ -575,7 +575,7 @@ class Service:
         if nxt is not None:
             ahead = self.schedule.release_time(nxt) - self.clock()  # type: ignore[union-attr]
             if ahead > 0:
-                wait = max(0.001, min(wait, ahead))
+                wait = min(wait, ahead)
         return wait
 
     def _watch_schedule(self, now: float) -> None:
