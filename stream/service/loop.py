@@ -578,6 +578,15 @@ class Service:
                 wait = min(wait, ahead)
         return wait
 
+    def _on_schedule_pending(self) -> bool:
+        """A pending release is on schedule (not a backlog's): commit it now, not after up to
+        ``commit_interval`` — whether the consumer happens to be caught up is input volume."""
+        if self.schedule is None:
+            return False
+        now, step_s = self.clock(), self.settings.stream.timestep.total_seconds()
+        return any(record_timestamp_ms(self.schedule, sealed.cell, now, step_s) is not None
+                   for sealed, _ in self.pending.releases)
+
     def _watch_schedule(self, now: float) -> None:
         """Operators' view of the schedule (record-time modes): the next timestep is due but not yet
         complete (broker lag, a backlog): how far behind, and each such timestep counted once."""
@@ -612,7 +621,7 @@ class Service:
             return True
         if self.pending.releases:
             return (since >= interval or len(self.pending.releases) >= MAX_RELEASES_PER_CHECKPOINT
-                    or self.reader.caught_up(self.positions))
+                    or self.reader.caught_up(self.positions) or self._on_schedule_pending())
         new_input = bool(self.pending.outputs) or self.positions != self.committed
         return new_input and since >= interval
 

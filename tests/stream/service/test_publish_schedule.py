@@ -46,12 +46,13 @@ class _Partition:
     control = None
 
     def __init__(self, clock: ManualClock, records: Sequence[tuple[float, float, bytes]], stop: threading.Event,
-                 *, stall_until: float = -math.inf, give_up_at: float = T + 900) -> None:
+                 *, stall_until: float = -math.inf, give_up_at: float = T + 900, behind: bool = False) -> None:
         self.clock, self.stop = clock, stop
         self.records = sorted(records)  # (arrival wall time, record time, payload)
         self.pos = 0
         self.stall_until = stall_until  # broker lag: nothing can be fetched before this wall time
         self.give_up_at = give_up_at    # a test that never sees its release ends instead of hanging
+        self.behind = behind            # a busy partition: the consumer never sees itself at the end
 
     def _arrived(self) -> int:
         return sum(1 for a, _, _ in self.records if a <= self.clock.now())
@@ -84,7 +85,7 @@ class _Partition:
         return self.pos
 
     def caught_up(self, positions: Mapping[int, int]) -> bool:
-        return self.clock.now() >= self.stall_until and positions.get(0, 0) >= self._arrived()
+        return not self.behind and self.clock.now() >= self.stall_until and positions.get(0, 0) >= self._arrived()
 
     def record_frontier(self, positions: Mapping[int, int], record_times: Mapping[int, float], now: float,
                         skew: float) -> float:
@@ -194,6 +195,18 @@ def test_when_complete_releases_at_the_newcomers_record(tmp_path, monkeypatch):
     (when_d2, _, _), = _run(monkeypatch, s(tmp_path / "d2"), [*d, newcomer])[0]
     assert when_d2 == T + STEP + 0.5  # the newcomer's arrival
     assert T + STEP + SKEW < when_d < SCHEDULED_0  # the wall clock − skew passed the deadline
+
+
+def test_a_busy_partition_is_released_on_schedule_not_at_the_next_commit_interval(tmp_path, monkeypatch):
+    """Records arrive every half second and the consumer never reports itself at the end (a busy
+    partition): timestep 0 is complete from the first record past its deadline, and its release is
+    committed at S(0), not up to ``service.commit_interval`` later (whether the consumer is caught
+    up is input volume)."""
+    records = [(T + 0.5 * i, T + 0.5 * i, _event(f"b{i}", T + 0.5 * i, age=i % 100)) for i in range(1, 200)]
+    out, m = _run(monkeypatch, _settings(tmp_path, commit_interval="1h"), records, behind=True)
+    (when, stamp, _), = out
+    assert SCHEDULED_0 <= when < SCHEDULED_0 + 0.01 and stamp == SCHEDULED_0 * 1000
+    assert _value(m, "dpstream_timesteps_behind_schedule_total") == 0
 
 
 def test_broker_lag_waits_for_completeness_and_is_counted(tmp_path, monkeypatch):
