@@ -264,3 +264,32 @@ def test_on_schedule_is_the_default_and_the_margin_is_validated():
         load_settings(None, **base, service={"publish": "when-complete", "publish_margin": "2s"})
     with pytest.raises(ConfigError, match="publish"):
         load_settings(None, **base, service={"publish": "asap"})
+
+
+def test_the_scale_out_releaser_keeps_the_same_schedule(tmp_path):
+    """The releaser seals from the workers' frontiers: complete is not enough before S(c)."""
+    from stream.pipeline import ReleasePipeline
+    from stream.service.releaser import Releaser
+
+    settings = _settings(tmp_path, role="releaser")
+    clock = ManualClock(T + STEP + 2)  # both partitions already past D(0) = T+60
+    rel = Releaser(settings, metrics=Metrics(), health=Health(), stop=threading.Event())
+    rel.clock = clock
+    rel.pipeline = ReleasePipeline(rel.settings)
+    rel.input_partitions = [0, 1]
+    rel.record_times = {0: T + STEP + 1, 1: T + STEP + 1.5}
+    rel._seal()
+    assert rel.pipeline.next_index == 0  # complete, but its time has not come
+    clock.set(SCHEDULED_0 - 0.001)
+    rel._seal()
+    assert rel.pipeline.next_index == 0
+    clock.set(SCHEDULED_0)
+    rel._seal()
+    assert rel.pipeline.next_index == 1
+    # a partition behind: timestep 1 is due at S(1) but not complete; counted once, gauge grows
+    clock.set(SCHEDULED_0 + STEP + 3)
+    rel._seal()
+    rel._seal()
+    assert rel.pipeline.next_index == 1
+    assert _value(rel.metrics, "dpstream_timesteps_behind_schedule_total") == 1
+    assert _value(rel.metrics, "dpstream_release_behind_schedule_seconds") == pytest.approx(3)
