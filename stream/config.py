@@ -644,9 +644,11 @@ class ServiceSection(_Section):
     @field_validator("publish_margin")
     @classmethod
     def _publish_margin(cls, v: timedelta) -> timedelta:
-        if v < timedelta(0):
-            raise ValueError(f"service.publish_margin is {v.total_seconds():g}s: a release cannot be scheduled "
-                             "before its timestep is complete; set 0s or more (e.g. 1s)")
+        if v <= timedelta(0):
+            raise ValueError(f"service.publish_margin is {v.total_seconds():g}s: at exactly deadline + "
+                             "stream.clock_skew a quiet partition is not yet known past the deadline, so every "
+                             "release would run behind its schedule; set it above 0 (e.g. 1s, more than the "
+                             "workers' service.commit_interval with scale-out)")
         return v
 
 

@@ -37,7 +37,8 @@ class PublishSchedule:
     Attributes:
         origin_us: ``stream.origin``.
         step_us: ``stream.timestep`` (> 0).
-        offset_us: ``stream.allowed_lateness + stream.clock_skew + service.publish_margin`` (>= 0).
+        offset_us: ``stream.allowed_lateness + stream.clock_skew + service.publish_margin`` (>= 0;
+            the configuration requires a margin > 0).
     """
 
     origin_us: int

@@ -258,8 +258,9 @@ def test_on_schedule_is_the_default_and_the_margin_is_validated():
             "schema": {"attributes": [{"name": "sex", "kind": "categorical", "values": ["M", "F"]}]}}
     s = load_settings(None, **base)
     assert s.service.publish == "on-schedule" and s.service.publish_margin.total_seconds() == 1
-    with pytest.raises(ConfigError, match=r"publish_margin is -1s: .*set 0s or more"):
-        load_settings(None, **base, service={"publish_margin": -1})
+    for bad in (-1, 0):
+        with pytest.raises(ConfigError, match=rf"publish_margin is {bad}s: .*set it above 0"):
+            load_settings(None, **base, service={"publish_margin": bad})
     with pytest.raises(ConfigError, match=r"publish_margin is set but service.publish is when-complete.*remove"):
         load_settings(None, **base, service={"publish": "when-complete", "publish_margin": "2s"})
     with pytest.raises(ConfigError, match="publish"):
