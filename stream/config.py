@@ -606,6 +606,26 @@ class ServiceSection(_Section):
     #: next start refuses with the reason. ``wait``: not ready, read and release nothing, resume when the
     #: cluster matches again (an operator restoring it). Never a reset (stream/service/integrity.py).
     on_cluster_loss: Literal["stop", "wait"] = "stop"
+    #: When a complete timestep is released (docs/privacy.md §1.3). ``on-schedule`` (the default):
+    #: timestep c is released at the public wall-clock time D(c) + ``stream.clock_skew`` +
+    #: ``publish_margin`` (D(c): its end + ``stream.allowed_lateness``), never earlier, and once it
+    #: is complete; its output record carries that scheduled time as its timestamp, so neither
+    #: reveals whether someone sent an event in the seconds after the deadline.
+    #: ``when-complete``: as soon as every partition is known past D(c) (earlier on a busy stream,
+    #: but the release time then depends on other people's records).
+    publish: Literal["on-schedule", "when-complete"] = "on-schedule"
+    #: ``publish: on-schedule``: extra wait after D(c) + clock_skew (reading a partition to its end
+    #: and the workers' hand-over take a moment); a release later than its schedule is counted in
+    #: ``dpstream_timesteps_behind_schedule_total``
+    publish_margin: Duration = timedelta(seconds=1)
+
+    @model_validator(mode="after")
+    def _margin_needs_schedule(self) -> ServiceSection:
+        if self.publish == "when-complete" and "publish_margin" in self.model_fields_set:
+            raise ValueError("service.publish_margin is set but service.publish is when-complete, which never "
+                             "waits for a schedule: remove service.publish_margin, or set service.publish: "
+                             "on-schedule")
+        return self
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> ServiceSection:
@@ -634,6 +654,16 @@ class ServiceSection(_Section):
     def _positive_service_duration(cls, v: timedelta) -> timedelta:
         if v <= timedelta(0):
             raise ValueError("must be > 0")
+        return v
+
+    @field_validator("publish_margin")
+    @classmethod
+    def _publish_margin(cls, v: timedelta) -> timedelta:
+        if v <= timedelta(0):
+            raise ValueError(f"service.publish_margin is {v.total_seconds():g}s: at exactly deadline + "
+                             "stream.clock_skew a quiet partition is not yet known past the deadline, so every "
+                             "release would run behind its schedule; set it above 0 (e.g. 1s, more than the "
+                             "workers' service.commit_interval with scale-out)")
         return v
 
 

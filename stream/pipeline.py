@@ -388,17 +388,21 @@ class ReleasePipeline:
 
     # -- sealing --------------------------------------------------------------------
     def seal(self, *, now: float | datetime | None = None, final: bool = False,
-             record_frontier: float | None = None) -> list[SealedRelease]:
+             record_frontier: float | None = None, before: int | None = None) -> list[SealedRelease]:
         """Seal every complete timestep, in order.
 
         With ``record_frontier`` (the record time every assigned partition is known to be
         past; see :meth:`stream.ingest.windowing.Windower.complete`) completeness is decided
         by record-time progress only; otherwise by the legacy watermark/idle rule (``now``).
-        ``final`` (end of input) seals every buffered timestep.
+        ``final`` (end of input) seals every buffered timestep. ``before`` (a grid cell): seal
+        only cells below it, complete or not beyond (the service's public release schedule,
+        :mod:`stream.service.schedule`); it only delays, never changes what a timestep holds.
         """
         out = []
         cells = (self.window.complete(record_frontier, final=final) if record_frontier is not None
                  else self.window.sealable(now=_seconds(now), final=final))
+        if before is not None and cells.stop > before:
+            cells = range(cells.start, max(cells.start, before))
         for cell in cells:
             out.append(self._seal_cell(cell, None))
         return out

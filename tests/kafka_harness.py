@@ -204,9 +204,13 @@ def service_config(bootstrap: str, state_dir: Path, *, stream_id: str | None = N
         "release": {"decision": "uniform"},
         "kafka": kafka_section(bootstrap, **kafka),
         # journal_compact_bytes: check_published reads the private audit of every journaled checkpoint,
-        # which compaction drops; the compaction tests (test_compaction_crash.py) set their own
+        # which compaction drops; the compaction tests (test_compaction_crash.py) set their own.
+        # publish: when-complete: the 2024 test data with a clock_skew of years would put the public
+        # release schedule (deadline + clock_skew + margin) a month ahead; these tests are about what
+        # is released, and the schedule's own tests (test_publish_schedule.py) set it themselves
         "service": {"state_dir": str(state_dir), "http_port": 0, "commit_interval": "200ms",
-                    "poll_timeout": "50ms", "log_level": "INFO", "journal_compact_bytes": 256 << 20},
+                    "poll_timeout": "50ms", "log_level": "INFO", "journal_compact_bytes": 256 << 20,
+                    "publish": "when-complete"},
     }
     if seed is not None:
         cfg["randomness"] = {"seed": seed, "allow_seeded_noise": True}

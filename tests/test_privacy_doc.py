@@ -69,3 +69,26 @@ def test_k_formula_is_the_minimiser():
     f = lambda x: a / x**2 + b / (1 - x) ** 2  # noqa: E731
     assert f(k) <= min(f(k * 0.99), f(k * 1.01))
     assert float(user_level_k(100, 10, 20, 1, "lyu")) <= 1 - 10 / 20 + 1e-4
+
+
+def test_the_timing_section_states_the_shipped_schedule():
+    """§1.3 says what the timing of releases reveals; its formula and default must be the code's."""
+    from datetime import timedelta
+
+    from stream.config import ServiceSection
+    from stream.service.schedule import PublishSchedule
+    from stream.service.testing import small_settings
+
+    text = DOC.read_text()
+    section = re.search(r"### 1\.3 When releases are published.*?(?=\n## 2\.)", text, re.S)
+    assert section, "docs/privacy.md lost §1.3 (what the timing of releases reveals)"
+    body = section.group(0)
+    assert "**`on-schedule`** (the default)" in body and ServiceSection().publish == "on-schedule"
+    assert "`S(c) = D(c) + clock_skew + publish_margin`" in body
+    for mode in ("when-complete", "log-append-time", "trusted-create-time", "watermark", "replay"):
+        assert mode in body, f"§1.3 does not say what the timing reveals under {mode}"
+    s = small_settings(stream={"timestep": "60s", "allowed_lateness": "7s", "clock_skew": "5s", "start": 0},
+                       kafka={"record_time": "log-append-time"}, service={"publish_margin": "2s"})
+    sched = PublishSchedule.from_settings(s)
+    assert sched is not None and sched.release_us(0) == (60 + 7 + 5 + 2) * 10**6  # D(0) + skew + margin
+    assert ServiceSection().publish_margin == timedelta(seconds=1)

@@ -355,6 +355,9 @@ class OutRecord:
     value: bytes
     headers: tuple[tuple[str, bytes], ...] = ()
     partition: int | None = None
+    #: the record's timestamp (epoch ms); None: the producer's clock. A release's is its public
+    #: scheduled time under ``service.publish: on-schedule`` (:mod:`stream.service.schedule`)
+    timestamp_ms: int | None = None
 
 
 @dataclass
@@ -388,7 +391,7 @@ class TransactionalWriter:
             futures = []
             for i, r in enumerate(records):
                 futures.append(p.send(r.topic, key=r.key, value=r.value, headers=list(r.headers) or None,
-                                      partition=r.partition))
+                                      partition=r.partition, timestamp_ms=r.timestamp_ms))
                 if i + 1 == half:
                     p.flush()
                     self.failpoint("mid_produce")

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import signal
 import threading
@@ -103,6 +104,7 @@ from stream.service.logs import get_logger, log
 from stream.service.metrics import Metrics
 from stream.service.probe import BrokerProbe
 from stream.service.public import ReleaseFeed, start_public
+from stream.service.schedule import PublishSchedule, record_timestamp_ms
 
 __all__ = ["Service", "run_service", "Failpoints", "FAILPOINTS", "EXIT_OK", "EXIT_REFUSED", "EXIT_FAILED"]
 
@@ -186,13 +188,23 @@ def check_log_append_time(k: Any) -> None:
             "only if every producer's clock is trusted, set kafka.record_time: trusted-create-time")
 
 
-def checkpoint_records(cp: Checkpoint, settings: Settings) -> list[OutRecord]:
-    """The Kafka records of a checkpoint, in journal order (the same for a first send and a re-send)."""
+def checkpoint_records(cp: Checkpoint, settings: Settings, now: float | None = None) -> list[OutRecord]:
+    """The Kafka records of a checkpoint, in journal order (the same bytes for a first send and a re-send).
+
+    Under ``service.publish: on-schedule`` each release record's timestamp is its timestep's
+    public scheduled time (:func:`stream.service.schedule.record_timestamp_ms`; ``now``, the
+    commit's wall time in seconds, only tells a backlog's late release apart; None: on time).
+    """
     k = settings.kafka
     key = settings.stream.id.encode()
     topics = {"domain": k.output_topic, "dead_letter": k.dead_letter_topic, "late": k.late_topic}
+    schedule = PublishSchedule.from_settings(settings)
+    step_s = settings.stream.timestep.total_seconds()
     records = [OutRecord(k.output_topic, o.key, o.value, o.headers) for o in cp.outputs if o.role == "domain"]
-    records += [OutRecord(k.output_topic, key, r.message) for r in cp.releases]
+    records += [OutRecord(k.output_topic, key, r.message,
+                          timestamp_ms=record_timestamp_ms(schedule, r.cell, -math.inf if now is None else now,
+                                                           step_s))
+                for r in cp.releases]
     records += [OutRecord(topics[o.role], o.key, o.value, o.headers) for o in cp.outputs if o.role != "domain"]
     if not records:
         # A transaction that carries only offsets: the embedded broker drops its offset commit
@@ -266,6 +278,11 @@ class Service:
         #: the public port's feed (stream/service/public.py): committed release bytes only
         self.public: ReleaseFeed | None = None
         self.public_server: HttpServer | None = None
+        #: service.publish: on-schedule (None: when-complete); the wall clock it is read against
+        #: (epoch seconds; tests inject a manual clock)
+        self.schedule = PublishSchedule.from_settings(settings)
+        self.clock: Callable[[], float] = time.time
+        self._behind_cell: int | None = None  # the last timestep counted behind schedule
 
     # -- start-up ----------------------------------------------------------------
     def start(self) -> None:
@@ -418,8 +435,7 @@ class Service:
     def _poll(self) -> list[tuple[int, list[Any]]]:
         assert self.reader is not None
         try:
-            return self.reader.poll(self.settings.service.poll_timeout.total_seconds(),
-                                    self.settings.kafka.max_poll_records, self.positions)
+            return self.reader.poll(self._poll_wait(), self.settings.kafka.max_poll_records, self.positions)
         except KafkaIOError as err:
             self.metrics.kafka_errors.labels(str(err.retriable).lower()).inc()
             if not err.retriable:
@@ -543,18 +559,57 @@ class Service:
 
     def _seal(self) -> None:
         """Seal what the watermark allows, and idle timesteps — but only once caught up with the input:
-        a backlog (after a restart or a slow period) is not a quiet stream."""
+        a backlog (after a restart or a slow period) is not a quiet stream. Under
+        ``service.publish: on-schedule`` never a timestep before its scheduled time."""
         assert self.pipeline is not None and self.reader is not None
         self._step_mark = time.monotonic()
+        now = self.clock()
+        before = None if self.schedule is None else self.schedule.first_not_due(now)
         if self.record_mode:
-            frontier = self.reader.record_frontier(self.positions, self.record_times, time.time(),
+            frontier = self.reader.record_frontier(self.positions, self.record_times, now,
                                                    self.settings.stream.clock_skew.total_seconds())
-            self.pipeline.seal(record_frontier=frontier)
+            self.pipeline.seal(record_frontier=frontier, before=before)
+            self._watch_schedule(now)
             return
-        idle_clock = time.time() if self.reader.caught_up(self.positions) else None
+        idle_clock = now if self.reader.caught_up(self.positions) else None
         if idle_clock is None and self.pipeline.window.last_event_wall is not None:
-            self.pipeline.window.last_event_wall = time.time()  # the idle timer runs only while caught up
-        self.pipeline.seal(now=idle_clock)
+            self.pipeline.window.last_event_wall = now  # the idle timer runs only while caught up
+        self.pipeline.seal(now=idle_clock, before=before)
+
+    # -- the public release schedule (service.publish: on-schedule, stream/service/schedule.py) ----------
+    def _poll_wait(self) -> float:
+        """How long a poll may wait for input: ``service.poll_timeout``, but no later than the next
+        timestep's scheduled time, so a release's time does not depend on whether records arrive."""
+        wait = self.settings.service.poll_timeout.total_seconds()
+        nxt = self.pipeline.window.next_cell if self.schedule is not None and self.pipeline is not None else None
+        if nxt is not None:
+            ahead = self.schedule.release_time(nxt) - self.clock()  # type: ignore[union-attr]
+            if ahead > 0:
+                wait = min(wait, ahead)
+        return wait
+
+    def _on_schedule_pending(self) -> bool:
+        """A pending release is on schedule (not a backlog's): commit it now, not after up to
+        ``commit_interval`` — whether the consumer happens to be caught up is input volume."""
+        if self.schedule is None:
+            return False
+        now, step_s = self.clock(), self.settings.stream.timestep.total_seconds()
+        return any(record_timestamp_ms(self.schedule, sealed.cell, now, step_s) is not None
+                   for sealed, _ in self.pending.releases)
+
+    def _watch_schedule(self, now: float) -> None:
+        """Operators' view of the schedule (record-time modes): the next timestep is due but not yet
+        complete (broker lag, a backlog): how far behind, and each such timestep counted once."""
+        if self.schedule is None or self.pipeline is None:
+            return
+        nxt = self.pipeline.window.next_cell
+        if nxt is None or not self.schedule.is_due(nxt, now):
+            self.metrics.behind_schedule.set(0)
+            return
+        self.metrics.behind_schedule.set(now - self.schedule.release_time(nxt))
+        if nxt != self._behind_cell:
+            self._behind_cell = nxt
+            self.metrics.timesteps_behind_schedule.inc()
 
     def _on_sealed(self, sealed: SealedRelease) -> None:
         """Step hook: the timestep's noise is drawn; nothing is visible yet."""
@@ -576,7 +631,7 @@ class Service:
             return True
         if self.pending.releases:
             return (since >= interval or len(self.pending.releases) >= MAX_RELEASES_PER_CHECKPOINT
-                    or self.reader.caught_up(self.positions))
+                    or self.reader.caught_up(self.positions) or self._on_schedule_pending())
         new_input = bool(self.pending.outputs) or self.positions != self.committed
         return new_input and since >= interval
 
@@ -672,7 +727,7 @@ class Service:
     def _commit(self, cp: Checkpoint) -> bool:
         """Send a journaled checkpoint until it commits. Retries re-send the same records."""
         assert self.writer is not None
-        records = checkpoint_records(cp, self.settings)
+        records = checkpoint_records(cp, self.settings, self.clock())
         offsets = {TopicPartition(self.settings.kafka.input_topic, p): o for p, o in cp.offsets.items()}
         backoff = 0.2
         while True:

@@ -62,6 +62,8 @@ CLASSES: dict[str, str] = {
     "dpstream_kafka_errors": "health",
     "dpstream_recoveries": "health",
     "dpstream_last_release_timestamp_seconds": "health",
+    "dpstream_timesteps_behind_schedule": "health",
+    "dpstream_release_behind_schedule_seconds": "health",
     "dpstream_ready": "health",
     "dpstream_broker_connected": "health",
     "dpstream_broker_probe_failures": "health",
@@ -155,6 +157,13 @@ class Metrics:
         self.last_release_time = Gauge("last_release_timestamp_seconds",
                                        "Wall time of the last committed release (Unix seconds).",
                                        namespace=ns, registry=r)
+        self.timesteps_behind_schedule = Counter(
+            "timesteps_behind_schedule", "service.publish: on-schedule: timesteps not complete by their scheduled "
+            "release time (deadline + stream.clock_skew + service.publish_margin), released late once complete "
+            "(broker lag, a backlog after downtime); each counted once.", namespace=ns, registry=r)
+        self.behind_schedule = Gauge(
+            "release_behind_schedule_seconds", "service.publish: on-schedule: how far past its scheduled release "
+            "time the next timestep is while it waits to be complete (0: on schedule).", namespace=ns, registry=r)
         self.last_timestep = Gauge("last_released_timestep", "Index of the last timestep released.",
                                    namespace=ns, registry=r)
         self.ready = Gauge("ready", "1 when /readyz answers 200: recovered, last transaction committed, journal "

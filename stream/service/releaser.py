@@ -92,13 +92,17 @@ class Releaser(Service):
                     self.positions[p] = pos
 
     def _seal(self) -> None:
-        """Seal every timestep whose deadline every input partition is known to be past."""
+        """Seal every timestep whose deadline every input partition is known to be past (and, under
+        ``service.publish: on-schedule``, whose scheduled time has come)."""
         assert self.pipeline is not None
         self._step_mark = time.monotonic()
         if not self.input_partitions:
             return
         frontier = min(self.record_times.get(p, float("-inf")) for p in self.input_partitions)
-        self.pipeline.seal(record_frontier=frontier)
+        now = self.clock()  # service.publish: on-schedule: never before the public scheduled time
+        before = None if self.schedule is None else self.schedule.first_not_due(now)
+        self.pipeline.seal(record_frontier=frontier, before=before)
+        self._watch_schedule(now)
 
 
 def _partitions(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[int]:
