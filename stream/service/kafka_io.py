@@ -720,6 +720,11 @@ class InputReader:
             out = min(out, seen)
         return out
 
+    def fetched_high(self, partition: int) -> int | None:
+        """The high watermark the partition's last fetch reported (None before any fetch)."""
+        tp = next(tp for tp in self.tps if tp.partition == partition)
+        return self.consumers[partition].highwater(tp)
+
     def caught_up(self, positions: Mapping[int, int]) -> bool:
         """True when every partition was read up to its last known high watermark."""
         for tp in self.tps:

@@ -834,11 +834,12 @@ class Service:
             partitions = frozenset(control.partitions_for_topic(k.input_topic) or ()) if k.input_topic in topics \
                 else frozenset()
             ends = self.reader.end_offsets() if partitions else {}
+            fetched = {p: self.reader.fetched_high(p) for p in self.reader.partitions}
             marker = committed_marker(control, k.state_topic) if self.committed_seq else None
         except Exception as exc:  # noqa: BLE001 - no answer: nothing to compare
             log(_log, logging.DEBUG, "cluster check skipped", error=f"{type(exc).__name__}: {exc}")
             return None
-        view = ClusterView(partitions, ends, k.output_topic in topics, marker)
+        view = ClusterView(partitions, ends, k.output_topic in topics, marker, fetched)
         return cluster_loss(view, input_topic=k.input_topic, output_topic=k.output_topic,
                             reading=frozenset(self.reader.partitions), committed=self.committed,
                             committed_seq=self.committed_seq)

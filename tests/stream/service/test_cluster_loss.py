@@ -54,6 +54,17 @@ def test_each_contradiction_is_named(view, words):
         assert cause is not None and words in cause and "dpstream does not reset by itself" in cause
 
 
+def test_a_short_end_with_a_fetch_past_the_position_is_the_test_brokers_batch_offset():
+    """The embedded broker answers ListOffsets with the last batch's base offset + 1: an end below
+    the committed position is a loss only if the partition is empty or no fetch reached past it."""
+    def view(end, high):
+        return ClusterView(frozenset({0, 1}), {0: end, 1: 7}, True, 4, {0: high, 1: 7})
+    assert _loss(view(3, 10)) is None  # one batch of many records: its base offset + 1 is 3
+    assert "ends at offset 3" in _loss(view(3, 5))  # no fetch got past 5: truncated
+    assert "ends at offset 3" in _loss(view(3, None))
+    assert "ends at offset 0" in _loss(view(0, 10))  # empty: a lost log, whatever an old fetch said
+
+
 def test_no_marker_is_expected_before_the_first_commit():
     assert _loss(ClusterView(frozenset({0, 1}), {0: 10, 1: 7}, True, None), committed_seq=0) is None
 
