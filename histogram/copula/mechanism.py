@@ -93,7 +93,11 @@ def kendall_grid_statistic(s: int, n: int, min_records: int, resolution: int) ->
 
 def tau_of_rho(t1: np.ndarray, t2: np.ndarray, rho: float) -> float:
     """τ-a (population form ``P(conc) − P(disc)``) of two discretised latent normals with correlation ρ."""
-    p = grid_cell_probabilities(t1, t2, rho)
+    return _tau_of_cells(grid_cell_probabilities(t1, t2, rho))
+
+
+def _tau_of_cells(p: np.ndarray) -> float:
+    """τ-a of the two-way cell probabilities ``p``."""
     above = np.zeros_like(p)
     above[:-1] = np.cumsum(p[::-1], axis=0)[::-1][1:]
     right = np.zeros_like(p)
@@ -101,6 +105,45 @@ def tau_of_rho(t1: np.ndarray, t2: np.ndarray, rho: float) -> float:
     left = np.zeros_like(p)
     left[:, 1:] = np.cumsum(above, axis=1)[:, :-1]
     return float(2 * (p * (right - left)).sum())
+
+
+def _cells_many(t1: np.ndarray, t2: np.ndarray, rho: np.ndarray) -> np.ndarray:
+    """:func:`grid_cell_probabilities` of several pairs at once: ``t1`` ``(P, a+1)``, ``t2``
+    ``(P, b+1)``, ``rho`` ``(P,)`` → ``(P, a, b)``, element for element the same values."""
+    cdf = bvn_cdf(t1[:, :, None], t2[:, None, :], rho[:, None, None])
+    return np.clip(np.diff(np.diff(cdf, axis=1), axis=2), 0.0, 1.0)
+
+
+def _solve_increasing_many(f, targets: np.ndarray, iterations: int = 50) -> np.ndarray:
+    """:func:`_solve_increasing` for many increasing functions at once: ``f(rhos)`` evaluates item i
+    at ``rhos[i]``. Every item takes the decisions the one-at-a-time bisection takes (same ρ)."""
+    t = np.asarray(targets, dtype=float)
+    lo, hi = np.full(t.size, -0.9999), np.full(t.size, 0.9999)
+    at_low, at_high = t <= f(lo), t >= f(hi)
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        below = f(mid) < t
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    out = (lo + hi) / 2
+    out[at_high] = 0.9999
+    out[at_low] = -0.9999
+    return out
+
+
+def _solve_pairs(levels: tuple[int, ...], targets: np.ndarray, value) -> np.ndarray:
+    """Per attribute pair (:func:`pairs` order), the ρ where the increasing ``value(j_cells, k_cells, p)``
+    meets its target: one batched bisection per group of pairs with the same table shape.
+    ``value(js, ks, cells)`` maps ``(P, a, b)`` cell probabilities of pairs ``js``/``ks`` to ``(P,)``."""
+    ps = pairs(len(levels))
+    out = np.empty(len(ps))
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (j, k) in enumerate(ps):
+        groups.setdefault((levels[j], levels[k]), []).append(i)
+    for idx in groups.values():
+        js = [ps[i][0] for i in idx]
+        ks = [ps[i][1] for i in idx]
+        out[idx] = _solve_increasing_many(lambda r, js=js, ks=ks: value(js, ks, r), np.asarray(targets)[idx])
+    return out
 
 
 def _solve_increasing(f, target: float, iterations: int = 50) -> float:
@@ -296,17 +339,23 @@ class DPCopula:
             return np.asarray(r, dtype=float).copy()
         cuts = [thresholds(p) for p in probs]
         scores = [_level_scores(p) for p in probs]
-        return np.array([_solve_increasing(lambda x, j=j, k=k: score_correlation(cuts[j], cuts[k], scores[j], scores[k], x),
-                                           float(v))
-                         for v, (j, k) in zip(r, pairs(len(self.levels)), strict=True)])
+
+        def value(js, ks, rho):
+            cells = _cells_many(np.stack([cuts[j] for j in js]), np.stack([cuts[k] for k in ks]), rho)
+            return np.array([_score_correlation_of_cells(c, scores[j], scores[k]) for c, j, k in zip(cells, js, ks, strict=True)])
+
+        return _solve_pairs(self.levels, np.asarray(r, dtype=float), value)
 
     def _rho_from_tau(self, tau: np.ndarray, probs: tuple[np.ndarray, ...]) -> np.ndarray:
-        ps = pairs(len(self.levels))
         if self.tau_mapping == "paper":
             return np.sin(np.pi / 2 * tau)
         cuts = [thresholds(p) for p in probs]
-        return np.array([_solve_increasing(lambda r, j=j, k=k: tau_of_rho(cuts[j], cuts[k], r), float(t))
-                         for t, (j, k) in zip(tau, ps, strict=True)])
+
+        def value(js, ks, rho):
+            cells = _cells_many(np.stack([cuts[j] for j in js]), np.stack([cuts[k] for k in ks]), rho)
+            return np.array([_tau_of_cells(c) for c in cells])
+
+        return _solve_pairs(self.levels, np.asarray(tau, dtype=float), value)
 
 
 def _level_scores(p: np.ndarray) -> np.ndarray:
@@ -318,7 +367,10 @@ def _level_scores(p: np.ndarray) -> np.ndarray:
 
 def score_correlation(t1: np.ndarray, t2: np.ndarray, s1: np.ndarray, s2: np.ndarray, rho: float) -> float:
     """Correlation of the level normal scores ``s1``, ``s2`` under the discretised latent normal with ρ."""
-    p = grid_cell_probabilities(t1, t2, rho)
+    return _score_correlation_of_cells(grid_cell_probabilities(t1, t2, rho), s1, s2)
+
+
+def _score_correlation_of_cells(p: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> float:
     p1, p2 = p.sum(axis=1), p.sum(axis=0)
     c1, c2 = s1 - (p1 * s1).sum(), s2 - (p2 * s2).sum()
     v1, v2 = (p1 * c1**2).sum(), (p2 * c2**2).sum()

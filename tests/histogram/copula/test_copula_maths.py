@@ -218,3 +218,30 @@ def test_median_tetrachoric_point_estimate_has_no_intervals():
         x, Fraction(4), Randomness.seeded(6).drawer("s", 0))
     assert rel.intervals is None
     assert np.abs(rel.model.correlation - TRUE).max() < 0.08
+
+
+def test_the_batched_bisection_takes_the_one_at_a_time_decisions():
+    """_rho_from_tau / _rho_from_scores solve all pairs of a table shape in one batched bisection:
+    bit for bit the ρ the pair-by-pair bisection finds (clamped ends included)."""
+    from histogram.copula.gaussian import thresholds
+    from histogram.copula.mechanism import (
+        DPCopula,
+        _level_scores,
+        _solve_increasing,
+        score_correlation,
+    )
+    from histogram.copula.statistics import pairs
+
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        levels = tuple(int(v) for v in rng.integers(2, 7, 5))
+        probs = tuple(rng.dirichlet(np.ones(v)) for v in levels)
+        target = np.concatenate([rng.uniform(-0.9, 0.9, 8), [-0.9999999, 0.9999999]])
+        cuts, scores = [thresholds(p) for p in probs], [_level_scores(p) for p in probs]
+        one_by_one = [_solve_increasing(lambda r, a=cuts[j], b=cuts[k]: tau_of_rho(a, b, r), float(t))
+                      for t, (j, k) in zip(target, pairs(5), strict=True)]
+        assert np.array_equal(DPCopula(levels, "kendall")._rho_from_tau(target, probs), one_by_one)
+        one_by_one = [_solve_increasing(lambda x, a=cuts[j], b=cuts[k], sa=scores[j], sb=scores[k]:
+                                        score_correlation(a, b, sa, sb, x), float(t))
+                      for t, (j, k) in zip(target, pairs(5), strict=True)]
+        assert np.array_equal(DPCopula(levels, "mle")._rho_from_scores(target, probs), one_by_one)
