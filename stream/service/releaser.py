@@ -51,6 +51,10 @@ def releaser_settings(settings: Settings) -> Settings:
 class Releaser(Service):
     """See the module docstring. ``settings`` is the stream's configuration (role releaser)."""
 
+    #: the shuffle topic's record times are the workers' clocks and decide nothing: the workers
+    #: check the input's records (stream.service.worker)
+    input_checks = False
+
     def __init__(self, settings: Settings, **kwargs: Any) -> None:
         self.input_topic = settings.kafka.input_topic
         super().__init__(releaser_settings(settings), **kwargs)
