@@ -4,7 +4,8 @@
   after start-up) stops the reader and the scale-out worker before anything of its poll is used;
 * record time going backwards on a partition by more than ``stream.clock_skew`` stops them too
   (within the skew it is allowed: that is what the skew is for);
-* the scale-out shuffle topic must have exactly one partition: worker and releaser refuse others.
+* the scale-out shuffle topic must have exactly one partition: worker and releaser refuse others;
+* a worker dates completeness by a fresh end offset, never by its consumer's cached high watermark.
 
 Each of these checks was absent before (main at 109d993 returned such records and started on a
 two-partition shuffle topic); the tests below fail there.
@@ -119,3 +120,33 @@ def test_scale_out_refuses_a_shuffle_topic_with_two_partitions(broker, tmp_path,
         wait_for(lambda: svc.exit_code is not None, 30, what="exit")
     assert svc.exit_code == 2
     assert "exactly one" in svc.health.reason, svc.health.reason
+
+
+def test_a_worker_dates_completeness_by_a_fresh_end_never_a_cached_high_watermark(tmp_path) -> None:
+    """Scale-out workers follow the reader's rule (issue 27 item 1): read to an end offset observed
+    at τ → τ − clock_skew; a position at the consumer's cached high watermark proves nothing."""
+    from stream.service.http import Health
+    from stream.service.metrics import Metrics
+    from stream.service.progress import EndProbe
+    from stream.service.worker import Worker
+
+    cfg = service_config("127.0.0.1:1", tmp_path, seed=1, stream={"clock_skew": "5s"})
+    cfg["service"]["role"] = "worker"
+    w = Worker(settings_from(cfg), metrics=Metrics(), health=Health(), stop=threading.Event())
+    b = sim.Broker({0: sim.Log([_rec(i, sim.T0 + i) for i in range(12)])})
+    consumer = sim.FakeConsumer(b, 0)
+    consumer.hold = 2
+    consumer.poll(max_records=100)  # read 10 of 12: its cached high watermark says 12
+    consumer.high = 10  # ... as of an older fetch: stale
+    w.consumer = consumer
+    w.topic = sim.TOPIC
+    w.owned = {0}
+    w.record_times[0] = sim.T0 + 9
+    b.now = sim.T0 + 100
+    w.probe = EndProbe(sim.FakeProbe(b), clock=b.clock)
+    assert w._frontier(0, w._ends([0])) == sim.T0 + 9  # the fresh end (12) is not reached
+    consumer.hold, consumer.high = 0, 12
+    consumer.poll(max_records=100)
+    w.record_times[0] = sim.T0 + 11
+    b.now = sim.T0 + 200
+    assert w._frontier(0, w._ends([0])) == sim.T0 + 200 - 5  # read to the end observed at T0 + 200
