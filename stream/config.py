@@ -145,9 +145,11 @@ class StreamSection(_Section):
     origin: Instant = datetime(1970, 1, 1, tzinfo=UTC)
     start: Instant | None = None
     #: Record-time inclusion (``kafka.record_time`` other than ``watermark``): how far the broker's
-    #: clock may be behind the public wall clock. A partition read to its end offset counts as past
-    #: ``now − clock_skew`` in record time; an event read later with an earlier record time for a
-    #: released timestep goes to the late topic (``arrived_after_seal``), never into a release.
+    #: clock may be behind the public wall clock. A partition read to an end offset observed at wall
+    #: time τ (fresh, read_uncommitted) counts as past ``τ − clock_skew`` in record time; an event
+    #: read later with an earlier record time for a released timestep goes to the late topic
+    #: (``arrived_after_seal``), never into a release. A partition's record time going back by more
+    #: than this stops the service (stream/service/progress.py).
     clock_skew: Duration = timedelta(seconds=5)
 
     @field_validator("timestep")

@@ -1009,6 +1009,16 @@ CATALOGUE: dict[str, AuditEntry] = {
          "decision noise drawn before its charge": Catch("test_decision_drawn_before_its_charge_is_caught", {})},
         "exact: a failure injected at every ledger charge; no draw it pays for precedes it",
     ),
+    # issue 27 items 1 and 4: which events count depends on each event alone, *and* a timestep is
+    # declared complete only when no on-time event can still be read (docs/privacy.md §1.1)
+    "inclusion-completeness": AuditEntry(
+        "engine", "tests.stream.service.test_reader_neighbours", "BROKEN",
+        _named("test_broken_reader_is_caught",
+               ("cached high watermark as the end", "last stable offset as the end (read_committed end offsets)")),
+        "exact: D and D′ (one extra event, up to max_future ahead) through the production InputReader and "
+        "Windower on a simulated multi-partition broker; L1 of every timestep sealed in both ≤ Δ and no on-time "
+        "event read after its seal",
+    ),
     "released-metadata": AuditEntry(
         "engine", "tests.stream.test_release_metadata", "BROKEN",
         {

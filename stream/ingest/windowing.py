@@ -424,8 +424,8 @@ class Windower:
 
         ``record_frontier`` is the smallest, over the assigned partitions, of
         the record time each partition is known to be past (its last record
-        time, or the public wall clock − ``stream.clock_skew`` once it has
-        been read to its end offset). A cell is complete when its deadline
+        time, or ``τ − stream.clock_skew`` once it has been read to an end offset
+        observed at wall time ``τ``: :mod:`stream.service.progress`). A cell is complete when its deadline
         (:meth:`Grid.deadline`) is strictly below it: no record with a record
         time at most the deadline can still arrive. ``final`` (end of input)
         completes every cell up to the largest buffered one. Completeness

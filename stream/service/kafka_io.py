@@ -565,44 +565,72 @@ def rejection_records(rejections: Iterable[Any], *, input_topic: str, stream: st
 
 
 class InputReader:
-    """Reads every partition of the input topic, keeping partitions aligned in event time.
+    """Reads every partition of the input topic; says how far each is known complete.
 
     One consumer per partition (all ``read_committed``, no auto-commit,
     ``auto_offset_reset=none``, assigned — never subscribed — so no group
-    rebalance). Why not one consumer for all partitions: kafka-python returns
-    one partition's fetched records before another's, so after a backlog
-    builds up (a restart, a slow period) one partition runs minutes of event
-    time ahead and its watermark makes the other partitions' events late;
-    pausing partitions to compensate hits a kafka-python bug (a partition
-    paused while its records are buffered is never fetched again after it is
-    resumed). With a consumer per partition the service decides what to read:
-    a partition whose largest event time is more than ``slack_s`` ahead of
-    the slowest partition that still has records to read is not polled until
-    that one catches up (Kafka Streams aligns its tasks the same way). If the
-    slowest partition delivers nothing for ``max_wait_s`` it stops holding the
-    others back: alignment is an optimisation, never a reason to stall.
+    rebalance), plus a ``read_uncommitted`` consumer outside any group that only asks
+    for end offsets (:class:`stream.service.progress.EndProbe`). Why a consumer per
+    partition: kafka-python returns one partition's fetched records before another's,
+    and pausing partitions hits a kafka-python bug (a partition paused while its
+    records are buffered is never fetched again after it is resumed); with a consumer
+    per partition the service decides what to read.
+
+    Alignment (an optimisation only: it decides *when* a partition is read, never
+    whether a timestep is complete). In the record-time modes partitions are aligned
+    on **record time**, which the broker assigns: a partition whose largest record
+    time is more than ``slack_s`` ahead of the slowest partition that still has
+    records to read is not polled until that one catches up. No quantity a person
+    controls (event time, attributes, key) decides when a partition is read
+    (issue 27 item 1: aligning on event time let one far-ahead event pause a
+    partition). The legacy watermark mode aligns on event time (:meth:`observe`), as
+    before. If the slowest partition delivers nothing for ``max_wait_s`` it stops
+    holding the others back: alignment is never a reason to stall.
+
+    Completeness (:meth:`record_frontier`) is decided from record times read and
+    fresh end offsets with the time they were observed, never from a consumer's
+    cached high watermark alone (:mod:`stream.service.progress`). Every record is
+    checked against the record-time assumptions before it is returned
+    (:class:`stream.service.progress.RecordTimeGuard`).
+
+    ``clients`` (tests): ``(control, {partition: consumer}, end probe consumer)``
+    instead of connecting; ``clock``: the public wall clock (float seconds).
     """
 
     def __init__(self, k: KafkaSection, topic: str, *, slack_s: float, max_wait_s: float = 2.0,
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, record_time: str | None = None, skew_s: float = 0.0,
+                 clients: tuple[Any, Mapping[int, Any], Any] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        from stream.service.progress import EndProbe, RecordTimeGuard
+
         self.k = k
         self.topic = topic
         self.slack = float(slack_s)
         self.max_wait = float(max_wait_s)
-        self.control = make_consumer(k)  # group metadata and committed offsets
-        try:
-            parts = assign_all(self.control, topic, timeout_s=timeout_s)
-        except BaseException:
-            self.control.close()
-            raise
-        self.control.assign([])
-        self.tps = parts
-        self.consumers: dict[int, KafkaConsumer] = {}
-        for tp in parts:
-            c = make_consumer(k)
-            c.assign([tp])
-            self.consumers[tp.partition] = c
-        self.times: dict[int, float] = {}
+        mode = k.record_time if record_time is None else record_time
+        self.guard = RecordTimeGuard(mode, skew_s, topic)
+        self.align_on_record = self.guard.active
+        if clients is not None:
+            self.control, consumers, probe = clients
+            self.consumers: dict[int, Any] = dict(consumers)
+            self.tps = [TopicPartition(topic, p) for p in sorted(self.consumers)]
+        else:
+            self.control = make_consumer(k)  # group metadata and committed offsets
+            try:
+                parts = assign_all(self.control, topic, timeout_s=timeout_s)
+            except BaseException:
+                self.control.close()
+                raise
+            self.control.assign([])
+            self.tps = parts
+            self.consumers = {}
+            for tp in parts:
+                c = make_consumer(k)
+                c.assign([tp])
+                self.consumers[tp.partition] = c
+            probe = make_consumer(k, isolation_level="read_uncommitted", group=False)
+        self.probe = EndProbe(probe, clock=clock)
+        self.times: dict[int, float] = {}  # event-time alignment (watermark mode only)
         self._empty_since: dict[int, float] = {}
 
     @property
@@ -622,8 +650,17 @@ class InputReader:
                 c.seek_to_beginning(tp)
 
     def observe(self, partition: int, max_event_time: float) -> None:
+        """Watermark mode: a partition's largest accepted event time (its alignment key). In the
+        record-time modes event times are ignored here: a person chooses them."""
+        if self.align_on_record:
+            return
         if max_event_time > self.times.get(partition, float("-inf")):
             self.times[partition] = max_event_time
+
+    def _key(self, partition: int) -> float:
+        """A partition's alignment key: its largest record time (record modes) or event time."""
+        source = self.guard.largest if self.align_on_record else self.times
+        return source.get(partition, float("-inf"))
 
     def _eligible(self, positions: Mapping[int, int], now: float) -> list[int]:
         if len(self.tps) < 2:
@@ -639,18 +676,20 @@ class InputReader:
                 lagging.append(tp.partition)
         if not lagging:
             return self.partitions
-        floor = min(self.times.get(p, float("-inf")) for p in lagging)
-        eligible = [p for p in self.partitions if self.times.get(p, float("-inf")) <= floor + self.slack]
+        floor = min(self._key(p) for p in lagging)
+        eligible = [p for p in self.partitions if self._key(p) <= floor + self.slack]
         return eligible or self.partitions
 
     def poll(self, timeout_s: float, max_records: int, positions: Mapping[int, int]) -> list[tuple[int, list[Any]]]:
-        """Records from the eligible partitions, slowest in event time first.
+        """Records from the eligible partitions, slowest first.
 
         Raises:
-            KafkaIOError: from the consumer (offset out of range is fatal).
+            KafkaIOError: from the consumer (offset out of range is fatal);
+                :class:`stream.service.progress.RecordTimeViolation` (fatal) when a record breaks
+                a record-time assumption — nothing of this poll is returned.
         """
         now = time.monotonic()
-        eligible = sorted(self._eligible(positions, now), key=lambda p: self.times.get(p, float("-inf")))
+        eligible = sorted(self._eligible(positions, now), key=self._key)
         out: list[tuple[int, list[Any]]] = []
         polled: set[int] = set()
         budget = max_records
@@ -680,6 +719,8 @@ class InputReader:
                                action=f"poll {self.topic}") from exc
         except Exception as exc:  # noqa: BLE001
             raise wrap_error(exc, f"poll {self.topic}") from exc
+        for part, records in out:  # fail closed before anything of this poll is used
+            self.guard.check(part, records)
         delivered = {p for p, _ in out}
         for p in self.partitions:
             if p in polled and p not in delivered:
@@ -700,24 +741,39 @@ class InputReader:
                         skew: float) -> float:
         """Record time every assigned partition is known to be past (float seconds).
 
-        Per partition: the largest record time seen on it; once it has been read to its end
-        offset, at least ``now − skew`` (the public wall clock minus the allowed broker skew).
-        The stream's frontier is the slowest partition's. Decides only *when* timesteps are
-        complete (:meth:`stream.ingest.windowing.Windower.complete`), never what they hold.
+        Per partition (:func:`stream.service.progress.partition_frontier`): the largest record
+        time read from it; once it has been read to an end offset observed at wall time
+        ``observed_at`` (fresh, ``read_uncommitted``), at least ``observed_at − skew`` — never
+        ``now − skew`` from a cached high watermark. The stream's frontier is the slowest
+        partition's. Decides only *when* timesteps are complete
+        (:meth:`stream.ingest.windowing.Windower.complete`), never what they hold. ``now``
+        (the caller's wall clock) only caps the observation times.
         """
+        from stream.service.progress import partition_frontier
+
+        highs = {tp: self.consumers[tp.partition].highwater(tp) for tp in self.tps}
+        # Where each partition is read up to: the caller's processed offsets, or the consumer's own
+        # position when further (everything a poll returned was processed before this call; a poll
+        # that only moves past a transaction marker returns no records, so the caller never sees
+        # that move: issue 28 item 3, a quiet transactional upstream's last timestep never completed).
+        pos: dict[int, int | None] = {}
+        for tp in self.tps:
+            mine, theirs = positions.get(tp.partition), self.position(tp.partition)
+            pos[tp.partition] = theirs if mine is None else mine if theirs is None else max(mine, theirs)
+        # only a partition read up to what its last fetch reported can be at its end: ask for those
+        ask = [tp for tp in self.tps
+               if pos[tp.partition] is not None and (highs[tp] is None or pos[tp.partition] >= highs[tp])]
+        try:
+            ends = self.probe.observe(ask)
+        except KafkaIOError:  # no fresh evidence this time: the last observations still hold
+            ends = {tp: self.probe.last[tp] for tp in ask if tp in self.probe.last}
         out = float("inf")
         for tp in self.tps:
             p = tp.partition
-            seen = record_times.get(p, float("-inf"))
-            high = self.consumers[p].highwater(tp)
-            if high is None:
-                try:
-                    high = end_offsets(self.control, [tp])[tp]
-                except Exception:  # noqa: BLE001 - unknown end: not at its end
-                    high = None
-            if high is not None and positions.get(p, 0) >= high:
-                seen = max(seen, now - skew)
-            out = min(out, seen)
+            end = ends.get(tp)
+            if end is not None and end.observed_at > now:
+                end = type(end)(end.offset, now)
+            out = min(out, partition_frontier(record_times.get(p), pos[p], end, highs[tp], skew))
         return out
 
     def fetched_high(self, partition: int) -> int | None:
@@ -745,3 +801,4 @@ class InputReader:
                 c.close(autocommit=False)
             except Exception:  # noqa: BLE001, S110 - best effort on the way out
                 pass
+        self.probe.close()

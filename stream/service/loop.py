@@ -244,6 +244,10 @@ class Service:
         max_timesteps: stop after this many timesteps were released (demo).
     """
 
+    #: check every input record against the record-time assumptions (kafka_io.InputReader); the
+    #: scale-out releaser, whose input is the internal shuffle topic, turns it off
+    input_checks = True
+
     def __init__(self, settings: Settings, *, metrics: Metrics, health: Health, stop: threading.Event,
                  failpoint: Callable[[str], None] | None = None, max_timesteps: int | None = None) -> None:
         self.settings = settings
@@ -309,7 +313,9 @@ class Service:
                 f"kafka.record_time is {k.record_time} but stream.start is not set: the first timestep must "
                 "be public, not chosen by the first event. Fix: set stream.start (an instant on the grid)")
         self.record_mode = k.record_time != "watermark"
-        self.reader = InputReader(k, k.input_topic, slack_s=s.stream.allowed_lateness.total_seconds() / 2)
+        self.reader = InputReader(k, k.input_topic, slack_s=s.stream.allowed_lateness.total_seconds() / 2,
+                                  record_time=k.record_time if self.input_checks else "off",
+                                  skew_s=s.stream.clock_skew.total_seconds())
         self.health.set(False, "recovering")
         state_dir = s.service.state_dir
         # release digests kept for the start-up check must cover the output tail it reads (bounded memory)

@@ -51,13 +51,27 @@ def releaser_settings(settings: Settings) -> Settings:
 class Releaser(Service):
     """See the module docstring. ``settings`` is the stream's configuration (role releaser)."""
 
+    #: the shuffle topic's record times are the workers' clocks and decide nothing: the workers
+    #: check the input's records (stream.service.worker)
+    input_checks = False
+
     def __init__(self, settings: Settings, **kwargs: Any) -> None:
         self.input_topic = settings.kafka.input_topic
         super().__init__(releaser_settings(settings), **kwargs)
         self.input_partitions: list[int] = []
 
     def start(self) -> None:
+        from stream.service.shuffle import check_shuffle_partitions
+
+        shuffle = self.settings.kafka.input_topic
+        probe = make_consumer(self.settings.kafka, group=False)
+        try:  # before anything is read: an existing shuffle topic with several partitions is refused
+            check_shuffle_partitions(shuffle, probe.partitions_for_topic(shuffle))
+        finally:
+            probe.close()
         super().start()
+        assert self.reader is not None
+        check_shuffle_partitions(shuffle, self.reader.partitions)
         self.input_partitions = _partitions(self.settings, self.input_topic)
         log(_log, logging.INFO, "releaser started", input_partitions=len(self.input_partitions))
 

@@ -25,14 +25,41 @@ import numpy as np
 import pyarrow as pa
 
 from stream.ingest.windowing import TimestepData
+from stream.service.journal import JournalError
 
-__all__ = ["ShuffleRecord", "decode", "encode", "shuffle_topic"]
+__all__ = ["ShuffleRecord", "ShuffleTopicRefused", "check_shuffle_partitions", "decode", "encode", "shuffle_topic"]
 
 
 def shuffle_topic(settings: object) -> str:
     """The configured ``kafka.shuffle_topic``, or ``<input_topic>.<stream id>.shuffle``."""
     k = settings.kafka  # type: ignore[attr-defined]
     return k.shuffle_topic or f"{k.input_topic}.{settings.stream.id}.shuffle"  # type: ignore[attr-defined]
+
+
+class ShuffleTopicRefused(JournalError):
+    """The shuffle topic does not have exactly one partition: refuse to start (fail closed)."""
+
+
+def check_shuffle_partitions(topic: str, partitions: object) -> None:
+    """Refuse a shuffle topic with other than exactly one partition.
+
+    The releaser relies on order across workers: a partition's frontier is read after the rows it
+    covers (each worker sends its rows first, then its frontiers, in one transaction), which only
+    one partition guarantees. On two partitions a frontier could overtake rows and a timestep be
+    released without them. ``partitions``: the topic's partition ids (None/empty: not created yet,
+    nothing to check).
+
+    Raises:
+        ShuffleTopicRefused: more than one partition.
+    """
+    parts = sorted(partitions or ())  # type: ignore[call-overload]
+    if len(parts) > 1:
+        raise ShuffleTopicRefused(
+            f"the shuffle topic {topic!r} has {len(parts)} partitions; scale-out needs exactly one (rows and "
+            "frontiers are ordered on it: on several, a frontier can overtake the rows it covers and a "
+            "timestep be released without them). Fix: delete and recreate it with one partition (it holds "
+            "only data not yet released; stop workers and releaser first), or set kafka.shuffle_topic to a "
+            "new one-partition topic")
 
 
 class _Wire(msgspec.Struct, forbid_unknown_fields=True, array_like=True):

@@ -9,7 +9,8 @@ process, so the same events count in the same timesteps), dead-letter and late r
 
 * per owned partition, one shuffle record (:mod:`stream.service.shuffle`): the rows accepted
   since the last transaction and the partition's completeness frontier (its largest record
-  time; once read to its end, at least the wall clock − ``stream.clock_skew``),
+  time; once read to an end offset observed at wall time T (fresh, read_uncommitted), at least
+  T − ``stream.clock_skew``: :mod:`stream.service.progress`),
 * the dead-letter and late records,
 * the input offsets (``send_offsets_to_transaction`` with the group's metadata, so a worker
   the group has moved on from is fenced on Apache Kafka).
@@ -48,7 +49,8 @@ from stream.service.kafka_io import (
 )
 from stream.service.logs import log
 from stream.service.metrics import Metrics
-from stream.service.shuffle import ShuffleRecord, encode, shuffle_topic
+from stream.service.progress import EndProbe, RecordTimeGuard, partition_frontier
+from stream.service.shuffle import ShuffleRecord, check_shuffle_partitions, encode, shuffle_topic
 
 __all__ = ["Worker", "run_worker"]
 
@@ -86,6 +88,9 @@ class Worker:
         self.outputs: list[OutRecord] = []
         self.consumer: Any = None
         self.producer: Any = None
+        self.probe: EndProbe | None = None
+        #: the record-time assumptions, checked on every input record (the worker decides inclusion)
+        self.guard = RecordTimeGuard(k.record_time, settings.stream.clock_skew.total_seconds(), k.input_topic)
         self._last = time.monotonic()
         self._dirty = False
 
@@ -112,6 +117,7 @@ class Worker:
         for p in parts:
             self.record_times.pop(p, None)
             self.positions.pop(p, None)
+            self.guard.largest.pop(p, None)
         log(_log, logging.INFO, "partitions assigned", partitions=sorted(parts))
 
     def _discard_uncommitted(self) -> None:
@@ -120,6 +126,7 @@ class Worker:
         self.outputs = []
         self.positions.clear()
         self.record_times.clear()
+        self.guard.largest.clear()  # re-read from the committed offsets: earlier record times again
         if self.consumer is not None:
             for p in self.owned:
                 tp = TopicPartition(self.topic, p)
@@ -146,7 +153,12 @@ class Worker:
         self.consumer.subscribe([k.input_topic], listener=_Listener(self))
         self.producer = make_producer(k, f"{k.transactional_id or 'dpstream-' + s.stream.id}-worker-{self.worker_id}")
         for topic in (self.shuffle, k.dead_letter_topic, k.late_topic):
-            self.producer.partitions_for(topic)
+            parts = self.producer.partitions_for(topic)
+            if topic == self.shuffle:
+                check_shuffle_partitions(topic, parts)
+        # fresh end offsets with the time they were asked (read_uncommitted: an open transaction's
+        # records are not read yet): the only evidence that a partition was read to its end
+        self.probe = EndProbe(make_consumer(k, isolation_level="read_uncommitted", group=False))
         self.health.set(True, "running")
         log(_log, logging.INFO, "worker started", stream=s.stream.id, worker=self.worker_id)
 
@@ -180,6 +192,9 @@ class Worker:
         keys: list[bytes | None] = []
         sources: list[tuple[int, int]] = []
         stamps: dict[tuple[int, int], float] = {}
+        for tp, records in batch.items():  # fail closed before anything of this poll is used
+            if tp.partition in self.owned and records:
+                self.guard.check(tp.partition, records)
         for tp, records in batch.items():
             p = tp.partition
             if p not in self.owned or not records:
@@ -210,31 +225,35 @@ class Worker:
         m.events_accepted.inc(len(b) - len(offered))
         m.count_rejections(rejected.counts())
 
-    def _frontier(self, p: int, now: float) -> float | None:
-        """Record time partition ``p`` is known to be past (see :meth:`InputReader.record_frontier`)."""
-        r = self.record_times.get(p)
+    def _frontier(self, p: int, ends: Any) -> float | None:
+        """Record time partition ``p`` is known to be past (see
+        :func:`stream.service.progress.partition_frontier`): its largest record time read; once
+        read to an end offset observed at ``observed_at``, at least ``observed_at − clock_skew``."""
         tp = TopicPartition(self.topic, p)
         try:
             position = self.consumer.position(tp)
             high = self.consumer.highwater(tp)
         except Exception:  # noqa: BLE001 - unknown: only the records seen count
             position = high = None
-        if high is None:
-            try:
-                high = self.consumer.end_offsets([tp])[tp]
-            except Exception:  # noqa: BLE001
-                high = None
         if position is not None:
             self.positions[p] = max(self.positions.get(p, 0), int(position))
-        caught_up = position is not None and high is not None and position >= high
-        if caught_up:
-            wall = now - self.settings.stream.clock_skew.total_seconds()
-            return wall if r is None else max(r, wall)
-        return r
+        f = partition_frontier(self.record_times.get(p), position, ends.get(tp), high,
+                               self.settings.stream.clock_skew.total_seconds())
+        return None if f == float("-inf") else f
+
+    def _ends(self, owned: list[int]) -> Any:
+        """Fresh end observations of the owned partitions (the last ones when the request fails)."""
+        tps = [TopicPartition(self.topic, p) for p in owned]
+        if self.probe is None:
+            return {}
+        try:
+            return self.probe.observe(tps)
+        except KafkaIOError:
+            return {tp: self.probe.last[tp] for tp in tps if tp in self.probe.last}
 
     def _commit(self) -> None:
-        now = time.time()
         owned = sorted(self.owned)
+        ends = self._ends(owned)
         # rows of every owned partition, merged by cell (the releaser merges people across
         # partitions anyway): they ride in the first record, before every partition's frontier
         # each person's smallest row per timestep only (contribution_bound is 1 with scale-out):
@@ -243,7 +262,7 @@ class Worker:
         records = [OutRecord(self.shuffle, str(owned[0]).encode(), value)
                    for value in self._row_records(owned[0], cells)]
         for p in owned:  # after the rows: a frontier never overtakes the rows it covers
-            records.append(OutRecord(self.shuffle, str(p).encode(), encode(ShuffleRecord(p, self._frontier(p, now), ()))))
+            records.append(OutRecord(self.shuffle, str(p).encode(), encode(ShuffleRecord(p, self._frontier(p, ends), ()))))
         records.extend(self.outputs)
         offsets = {TopicPartition(self.topic, p): self.positions[p] for p in owned if p in self.positions}
         try:
@@ -308,6 +327,8 @@ class Worker:
                                          f"-worker-{self.worker_id}")
 
     def close(self) -> None:
+        if self.probe is not None:
+            self.probe.close()
         for closer in (lambda: self.producer.close(timeout=2), lambda: self.consumer.close()):
             try:
                 closer()
