@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from fractions import Fraction
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -384,18 +385,21 @@ class ReleasePipeline:
 
     # -- sealing --------------------------------------------------------------------
     def seal(self, *, now: float | datetime | None = None, final: bool = False,
-             record_frontier: float | None = None) -> list[SealedRelease]:
-        """Seal every complete timestep, in order.
+             record_frontier: float | None = None, limit: int | None = None) -> list[SealedRelease]:
+        """Seal every complete timestep, in order (at most ``limit`` of them).
 
         With ``record_frontier`` (the record time every assigned partition is known to be
         past; see :meth:`stream.ingest.windowing.Windower.complete`) completeness is decided
         by record-time progress only; otherwise by the legacy watermark/idle rule (``now``).
-        ``final`` (end of input) seals every buffered timestep.
+        ``final`` (end of input) seals every buffered timestep. ``limit`` (a count of
+        timesteps) bounds one call: the service seals a long backlog in bounded checkpoints
+        (the rest stays complete and is sealed by the next calls, in order); it decides only
+        *when* a timestep is sealed, never what it holds.
         """
         out = []
         cells = (self.window.complete(record_frontier, final=final) if record_frontier is not None
                  else self.window.sealable(now=_seconds(now), final=final))
-        for cell in cells:
+        for cell in cells if limit is None else islice(cells, max(0, limit)):
             out.append(self._seal_cell(cell, None))
         return out
 

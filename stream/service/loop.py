@@ -66,8 +66,17 @@ from kafka import TopicPartition
 from controller.errors import StateError
 from stream.config import Settings
 from stream.ingest.events import EventDecoder, Rejections, parse_times
+from stream.ingest.windowing import Grid
 from stream.messages import parse_message
 from stream.pipeline import JOURNAL_VERSION, ReleasePipeline, SealedRelease
+from stream.service.catchup import (
+    LARGE_CATCH_UP,
+    LAST_RECORD,
+    LastRecord,
+    StreamEnd,
+    catch_up_summary,
+    checkpoint_room,
+)
 from stream.service.http import Health, HttpServer, make_app
 from stream.service.journal import (
     COMPACTION_POINTS,
@@ -109,7 +118,6 @@ FAILPOINTS = ("after_noise", "after_journal", "mid_produce", "after_produce_befo
 COMPACTION_FAILPOINTS = COMPACTION_POINTS
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 LAG_INTERVAL_S = 5.0
-MAX_RELEASES_PER_CHECKPOINT = 100
 #: not ready when the loop ran no iteration for max(this, 3 × kafka.request_timeout_ms): one
 #: iteration may legitimately wait on a Kafka request (end offsets, a transaction) that long
 LOOP_STALL_MIN_S = 120.0
@@ -253,6 +261,10 @@ class Service:
         self.stamps: dict[tuple[int, int], float] = {}  # (partition, offset) -> record time, one poll
         self.pending = _Pending()
         self.released = 0
+        #: where the stream stops (``--max-timesteps``, ``stream.end``; stream/service/catchup.py)
+        self.end = StreamEnd(Grid.from_settings(settings), max_timesteps, settings.stream.end)
+        #: complete timesteps may still wait beyond the last checkpoint's room: seal them before reading more
+        self._backlog = False
         self._last_checkpoint = time.monotonic()
         self._last_lag = 0.0
         self._step_mark = 0.0
@@ -286,11 +298,16 @@ class Service:
                 f"kafka.record_time is {k.record_time} but stream.start is not set: the first timestep must "
                 "be public, not chosen by the first event. Fix: set stream.start (an instant on the grid)")
         self.record_mode = k.record_time != "watermark"
+        if s.stream.end == LAST_RECORD and (not self.record_mode or s.service.role != "single"):
+            raise RecordTimeRefused(
+                "stream.end is last-record but kafka.record_time is watermark or service.role is not single: the "
+                "end follows the input's record times, which only a single process in a record-time mode reads. "
+                "Fix: use a record-time mode and service.role single, or set stream.end to an instant")
         self.reader = InputReader(k, k.input_topic, slack_s=s.stream.allowed_lateness.total_seconds() / 2)
         self.health.set(False, "recovering")
         state_dir = s.service.state_dir
         # release digests kept for the start-up check must cover the output tail it reads (bounded memory)
-        keep = max(INDEX_KEEP, k.startup_tail_records + 2 * MAX_RELEASES_PER_CHECKPOINT)
+        keep = max(INDEX_KEEP, k.startup_tail_records + 2 * s.service.max_releases_per_checkpoint)
         journal = (Journal.open(state_dir, self.stream_id, index_keep=keep)
                    if Journal.exists(state_dir, self.stream_id) else None)
         try:
@@ -339,6 +356,10 @@ class Service:
         self.committed = dict(plan.resume_offsets)
         self.reader.seek(self.positions)
         self.released = self.pipeline.next_index
+        if s.stream.end == LAST_RECORD:  # the first start-up's end offsets, journaled from then on
+            saved = windowing.get("end")
+            self.end.last = LastRecord.restore(saved) if saved else LastRecord()
+        self._log_catch_up()
         self._publish_budget()
         self.metrics.journal_bytes.set(journal.size)
         self.metrics.info.info({"stream": self.stream_id, "decision": s.release.decision,
@@ -348,6 +369,29 @@ class Service:
             journal_checkpoints=journal.last_seq, partitions=len(self.reader.partitions),
             resumed_from_offsets=bool(plan.resume_offsets))
         self.health.set(True, "running")
+
+    def _log_catch_up(self) -> None:
+        """Say at start-up how many timesteps the wall clock already completes, from when to when, and
+        what bounds them (a start far behind the clock releases every one of them: docs/configuration.md)."""
+        assert self.pipeline is not None
+        stop = self._stop_index()
+        skew = self.settings.stream.clock_skew.total_seconds() if self.record_mode else 0.0
+        summary = catch_up_summary(self.end.grid, self.pipeline.window.next_cell, self.pipeline.next_index,
+                                   time.time(), skew, stop)
+        big = summary["timesteps"] > LARGE_CATCH_UP
+        log(_log, logging.WARNING if big else logging.INFO, "catch-up", next_timestep=self.pipeline.next_index,
+            **summary, bounded_by=self.end.reason(), per_checkpoint=self.settings.service.max_releases_per_checkpoint,
+            **({"hint": "each of these timesteps is released (fresh or republished) and charged to the budget; "
+                        "bound a backfill with stream.end or --max-timesteps"} if big else {}))
+
+    def _stop_index(self) -> int | None:
+        """The first timestep index never to seal (``--max-timesteps``, ``stream.end``), or None."""
+        assert self.pipeline is not None
+        return self.end.stop_index(self.pipeline.window.first_cell, self.positions)
+
+    def _finished(self) -> bool:
+        stop = self._stop_index()
+        return stop is not None and self.released >= stop and not self.pending.releases
 
     def _plan(self, journal: Journal | None) -> Any:
         k = self.settings.kafka
@@ -389,15 +433,16 @@ class Service:
         while not self.stop.is_set():
             self.health.tick()
             live = self.reader is not None and self.reader.caught_up(self.positions)
-            batch = self._poll()
+            batch = [] if self._backlog else self._poll()  # a backlog of complete timesteps first
             if batch:
                 self._ingest(batch, live=live)
             self._seal()
             if self._due() and not self._checkpoint():
                 break
             self._update_lag()
-            if self.max_timesteps is not None and self.released >= self.max_timesteps:
-                log(_log, logging.INFO, "released the requested number of timesteps", timesteps=self.released)
+            if self._finished():
+                log(_log, logging.INFO, "released the requested number of timesteps", timesteps=self.released,
+                    bounded_by=self.end.reason())
                 break
         self.health.set(False, "stopping")
         if self.pending or self.positions != self.committed:
@@ -441,6 +486,8 @@ class Service:
             sources.extend(zip(repeat(p), offsets))
             for r in records:
                 self.stamps[(p, r.offset)] = r.timestamp / 1000.0
+            if self.end.last is not None:
+                self.end.last.observe(r.timestamp / 1000.0 for r in records)
             self.record_times[p] = max(self.record_times.get(p, float("-inf")), records[-1].timestamp / 1000.0)
             self.positions[p] = offsets[-1] + 1
         if self.reader is not None:  # the consumer's position moves past transaction markers
@@ -539,12 +586,28 @@ class Service:
         if self.record_mode:
             frontier = self.reader.record_frontier(self.positions, self.record_times, time.time(),
                                                    self.settings.stream.clock_skew.total_seconds())
-            self.pipeline.seal(record_frontier=frontier)
+            self._seal_bounded(record_frontier=frontier)
             return
         idle_clock = time.time() if self.reader.caught_up(self.positions) else None
         if idle_clock is None and self.pipeline.window.last_event_wall is not None:
             self.pipeline.window.last_event_wall = time.time()  # the idle timer runs only while caught up
-        self.pipeline.seal(now=idle_clock)
+        self._seal_bounded(now=idle_clock)
+
+    def _seal_bounded(self, **rule: Any) -> None:
+        """Seal what ``rule`` (a :meth:`ReleasePipeline.seal` completeness rule) allows, but no more than
+        the next checkpoint may take (:func:`stream.service.catchup.checkpoint_room`): a long backlog is
+        released in checkpoints of ``service.max_releases_per_checkpoint``, and no more input is read while
+        complete timesteps wait (so what is buffered stays bounded by the open timesteps)."""
+        assert self.pipeline is not None and self.reader is not None
+        last = self.end.last
+        if last is not None and not last.decided and self.reader.caught_up(self.positions):
+            last.decide()  # stream.end: last-record: every partition read to its high watermark once
+            log(_log, logging.INFO, "stream end decided (stream.end: last-record)", bounded_by=self.end.reason(),
+                next_timestep=self.pipeline.next_index)
+        room = checkpoint_room(len(self.pending.releases), self.settings.service.max_releases_per_checkpoint,
+                               self.pipeline.next_index, self._stop_index())
+        sealed = self.pipeline.seal(limit=room, **rule) if room else []
+        self._backlog = len(sealed) >= room and not self._finished()
 
     def _on_sealed(self, sealed: SealedRelease) -> None:
         """Step hook: the timestep's noise is drawn; nothing is visible yet."""
@@ -565,7 +628,8 @@ class Service:
         if len(self.pending.outputs) >= self.settings.service.max_buffered_records:
             return True
         if self.pending.releases:
-            return (since >= interval or len(self.pending.releases) >= MAX_RELEASES_PER_CHECKPOINT
+            return (since >= interval or self._backlog
+                    or len(self.pending.releases) >= self.settings.service.max_releases_per_checkpoint
                     or self.reader.caught_up(self.positions))
         new_input = bool(self.pending.outputs) or self.positions != self.committed
         return new_input and since >= interval
@@ -586,7 +650,8 @@ class Service:
         cp = Checkpoint(self.journal.last_seq + 1, dict(self.committed), dict(self.positions), releases,
                         tuple(pending.outputs),
                         {"window": window, "open_events": {str(c): n for c, n in self.open_events.items()},
-                         "record_times": {str(p): t for p, t in sorted(self.record_times.items())}})
+                         "record_times": {str(p): t for p, t in sorted(self.record_times.items())},
+                         **({"end": self.end.last.snapshot()} if self.end.last is not None else {})})
         t0 = time.monotonic()
         self._append(cp)
         self.metrics.journal_fsync.observe(time.monotonic() - t0)

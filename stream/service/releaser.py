@@ -98,7 +98,7 @@ class Releaser(Service):
         if not self.input_partitions:
             return
         frontier = min(self.record_times.get(p, float("-inf")) for p in self.input_partitions)
-        self.pipeline.seal(record_frontier=frontier)
+        self._seal_bounded(record_frontier=frontier)  # in checkpoints of service.max_releases_per_checkpoint
 
 
 def _partitions(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[int]:
