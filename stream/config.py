@@ -153,7 +153,7 @@ class StreamSection(_Section):
     #: An instant: every timestep that starts before it (``[start, end)``), a public choice.
     #: ``last-record`` (backfills; record-time modes, service.role single): the timestep holding the
     #: largest record time read before the service first caught up with its input (journaled, so
-    #: restarts keep it). Its stop time reveals that timestep: docs/privacy.md §1.4. None: no end.
+    #: restarts keep it). Its stop time reveals that timestep: docs/privacy.md §1.3. None: no end.
     end: Instant | Literal["last-record"] | None = None
 
     @field_validator("timestep")

@@ -19,7 +19,7 @@ lies far in the past) finds many timesteps complete at once. Three things bound 
 
 Nothing here reads an event's content: the end is public configuration, or (``last-record``)
 the record times of the input records below the end offsets read at the first start-up — what
-that reveals is stated in ``docs/privacy.md`` §1.4.
+that reveals is stated in ``docs/privacy.md`` §1.3.
 """
 
 from __future__ import annotations
