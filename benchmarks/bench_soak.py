@@ -224,10 +224,19 @@ def _run_service(config: Path, timesteps: int, journal: Path, log: Path) -> dict
                                 stderr=subprocess.STDOUT)
     started = None
     peak_journal = 0
+    timeline: list[float] = []  # VmRSS (MB) every 2 s: where in the run the memory is
+    next_sample = 0.0
     while True:
         done, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if journal.exists():
             peak_journal = max(peak_journal, journal.stat().st_size)
+        if not done and time.perf_counter() >= next_sample:
+            next_sample = time.perf_counter() + 2.0
+            try:
+                with open(f"/proc/{proc.pid}/statm") as f:
+                    timeline.append(round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1))
+            except OSError:
+                pass
         if started is None and '"event": "started"' in log.read_text(errors="replace"):
             started = time.perf_counter() - t0
         if done:
@@ -236,7 +245,8 @@ def _run_service(config: Path, timesteps: int, journal: Path, log: Path) -> dict
     proc.returncode = os.waitstatus_to_exitcode(status)
     return {"exit": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
             "started_s": None if started is None else round(started, 2),
-            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "journal_peak_bytes": peak_journal}
+            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "journal_peak_bytes": peak_journal,
+            "rss_timeline_mb": timeline if len(timeline) <= 12 else timeline[:: max(1, len(timeline) // 12)]}
 
 
 def backlog(bins: int, sizes: list[int], w: int, events: int, per_checkpoint: int, broker: Any,

@@ -244,7 +244,8 @@ class Service:
         self.health = health
         self.stop = stop
         self.failpoint = failpoint or (lambda _name: None)
-        self.max_timesteps = max_timesteps
+        #: where the stream stops (``--max-timesteps``, ``stream.end``; stream/service/catchup.py)
+        self.end = StreamEnd(Grid.from_settings(settings), max_timesteps, settings.stream.end)
         self.stream_id = settings.stream.id
         self.fingerprint = settings.fingerprint()
         self.decoder = EventDecoder.from_settings(settings)
@@ -261,8 +262,6 @@ class Service:
         self.stamps: dict[tuple[int, int], float] = {}  # (partition, offset) -> record time, one poll
         self.pending = _Pending()
         self.released = 0
-        #: where the stream stops (``--max-timesteps``, ``stream.end``; stream/service/catchup.py)
-        self.end = StreamEnd(Grid.from_settings(settings), max_timesteps, settings.stream.end)
         #: complete timesteps may still wait beyond the last checkpoint's room: seal them before reading more
         self._backlog = False
         self._last_checkpoint = time.monotonic()
@@ -272,6 +271,15 @@ class Service:
         #: the public port's feed (stream/service/public.py): committed release bytes only
         self.public: ReleaseFeed | None = None
         self.public_server: HttpServer | None = None
+
+    @property
+    def max_timesteps(self) -> int | None:
+        """``--max-timesteps``: release timesteps 0..K−1, then stop (settable between runs)."""
+        return self.end.max_timesteps
+
+    @max_timesteps.setter
+    def max_timesteps(self, value: int | None) -> None:
+        self.end.max_timesteps = value
 
     # -- start-up ----------------------------------------------------------------
     def start(self) -> None:
@@ -356,7 +364,7 @@ class Service:
         self.committed = dict(plan.resume_offsets)
         self.reader.seek(self.positions)
         self.released = self.pipeline.next_index
-        if s.stream.end == LAST_RECORD:  # the first start-up's end offsets, journaled from then on
+        if s.stream.end == LAST_RECORD:  # the largest record time so far and the decision, journaled
             saved = windowing.get("end")
             self.end.last = LastRecord.restore(saved) if saved else LastRecord()
         self._log_catch_up()
