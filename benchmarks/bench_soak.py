@@ -2,6 +2,24 @@
 
     python benchmarks/bench_soak.py [--timesteps 1000,10000,100000] [--bins 10,4096] [--w 20]
                                     [--events 4] [--profile]
+    python benchmarks/bench_soak.py --mode backlog [--timesteps 1000,10000] [--bins 10,4096]
+                                    [--per-checkpoint 100]
+
+``--mode backlog`` (issue 28): catching up after downtime, through the real embedded broker and
+``dpstream run`` as its own process. For each backlog size (each a fresh stream) the whole input
+(``--events`` per 1-second timestep, record times set by the producer: ``kafka.record_time:
+trusted-create-time``) is produced first, then the service is started with ``--max-timesteps``
+equal to the backlog: ``stream.start`` lies years behind the wall clock, so the clock completes
+every backlog timestep at once, and ``--max-timesteps`` bounds the catch-up. Reported per size:
+``peak_rss_mb`` (the service process's ``ru_maxrss`` from ``wait4``), ``journal_peak_bytes``
+(the journal's largest size on disk, sampled every 50 ms) and ``journal_bytes`` (at the end),
+``largest_checkpoint_releases`` (``service.max_releases_per_checkpoint``, ``--per-checkpoint``),
+``seconds`` (start to exit), and ``restart_s``: a second start on the same state, from spawn to its
+"started" log line (Python imports included; it then exits, as every timestep is released).
+The broker keeps every topic in memory (the releases too): 10⁵ timesteps at 4,096 bins would
+hold gigabytes there, so choose the sizes to fit the machine.
+
+The live mode (the default) is described below.
 
 What runs: :class:`stream.service.loop.Service` itself — ``start()`` (journal
 recovery, pipeline restore) and ``run()`` (poll → decode → window → seal →
@@ -157,14 +175,139 @@ def soak(bins: int, milestones: list[int], w: int, events: int, profile: bool) -
     return out
 
 
+def _backlog_config(bins: int, w: int, state_dir: str, bootstrap: str, tag: str, per_checkpoint: int) -> dict:
+    settings = settings_for(bins, w, state_dir)
+    cfg = json.loads(settings.model_dump_json(by_alias=True, exclude_unset=True))
+    cfg["stream"]["clock_skew"] = "5s"  # stream.start is years back: the wall clock completes everything
+    cfg["kafka"] = {"bootstrap_servers": bootstrap, "input_topic": f"{tag}.in", "output_topic": f"{tag}.out",
+                    "dead_letter_topic": f"{tag}.dead", "late_topic": f"{tag}.late", "state_topic": f"{tag}.state",
+                    "group_id": f"{tag}.group", "record_time": "trusted-create-time", "topic_partitions": 1,
+                    "max_poll_interval_ms": 3000, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+    cfg["service"].update({"http_port": 0, "max_releases_per_checkpoint": per_checkpoint, "log_level": "INFO"})
+    return cfg
+
+
+def _produce_backlog(bootstrap: str, topic: str, timesteps: int, events: int, bins: int) -> float:
+    """``events`` JSON events per 1-second timestep, each record stamped inside its timestep."""
+    from kafka import KafkaProducer
+
+    from stream.config import KafkaSection
+    from stream.service.kafka_io import ensure_topics
+
+    ensure_topics(KafkaSection(bootstrap_servers=bootstrap, input_topic=topic), {topic: 1})
+    t0 = time.perf_counter()
+    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 18, acks=1)
+    modulus = 100 if bins == 10 else 64
+    n = 0
+    for t in range(timesteps):
+        stamp = int((START + t + 0.999) * 1000)
+        for _ in range(events):
+            n += 1
+            attrs = {"x": n % modulus} if bins == 10 else {"x": n % modulus, "y": (n * 7) % modulus}
+            value = json.dumps({"user_id": f"u{n % 1000}", "event_time": START + t + 0.5, "attributes": attrs})
+            p.send(topic, value=value.encode(), partition=0, timestamp_ms=stamp)
+    p.flush()
+    p.close()
+    return time.perf_counter() - t0
+
+
+def _run_service(config: Path, timesteps: int, journal: Path, log: Path) -> dict[str, Any]:
+    """``dpstream run --max-timesteps`` as a child process; its peak RSS, the journal's peak size, the
+    time to its "started" line and to its exit."""
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "stream", "run", "--config", str(config),  # noqa: S603
+                                 "--max-timesteps", str(timesteps)], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    started = None
+    peak_journal = 0
+    timeline: list[float] = []  # VmRSS (MB) every 2 s: where in the run the memory is
+    next_sample = 0.0
+    while True:
+        done, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if journal.exists():
+            peak_journal = max(peak_journal, journal.stat().st_size)
+        if not done and time.perf_counter() >= next_sample:
+            next_sample = time.perf_counter() + 2.0
+            try:
+                with open(f"/proc/{proc.pid}/statm") as f:
+                    timeline.append(round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1))
+            except OSError:
+                pass
+        if started is None and '"event": "started"' in log.read_text(errors="replace"):
+            started = time.perf_counter() - t0
+        if done:
+            break
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"exit": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
+            "started_s": None if started is None else round(started, 2),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "journal_peak_bytes": peak_journal,
+            "rss_timeline_mb": timeline if len(timeline) <= 12 else timeline[:: max(1, len(timeline) // 12)]}
+
+
+def backlog(bins: int, sizes: list[int], w: int, events: int, per_checkpoint: int, broker: Any,
+            workdir: Path) -> dict[str, Any]:
+    """Each backlog size on a fresh stream: produce it all, then run the service over it and restart it."""
+    import yaml
+
+    from stream.service.journal import Journal
+
+    out: dict[str, Any] = {"bins": bins, "w": w, "events_per_timestep": events, "per_checkpoint": per_checkpoint,
+                           "backlogs": []}
+    for n in sizes:
+        tag = f"backlog-{bins}-{n}-{os.getpid()}-{int(time.time())}"
+        state_dir = workdir / tag
+        cfg = _backlog_config(bins, w, str(state_dir), broker.bootstrap, tag, per_checkpoint)
+        config = workdir / f"{tag}.yaml"
+        config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        produce_s = _produce_backlog(broker.bootstrap, cfg["kafka"]["input_topic"], n, events, bins)
+        journal = journal_path(state_dir, cfg["stream"]["id"])
+        first = _run_service(config, n, journal, workdir / f"{tag}.log")
+        entry: dict[str, Any] = {"timesteps": n, "produce_s": round(produce_s, 1), **first,
+                                 "journal_bytes": journal.stat().st_size if journal.exists() else 0}
+        with Journal.open(state_dir, cfg["stream"]["id"]) as j:
+            entry["next_timestep"] = (j.last_timestep or 0) + 1
+            entry["largest_checkpoint_releases"] = max((len(cp.releases) for cp in j.checkpoints_on_disk()), default=0)
+        again = _run_service(config, n, journal, workdir / f"{tag}.restart.log")
+        entry["restart_s"] = again["started_s"]
+        entry["restart_exit"] = again["exit"]
+        out["backlogs"].append(entry)
+        print(json.dumps({"progress": entry, "bins": bins}), file=sys.stderr, flush=True)
+    return out
+
+
+def main_backlog(args: Any) -> None:
+    from stream.service.broker import EmbeddedBroker
+
+    sizes = sorted(int(x) for x in args.timesteps.split(","))
+    broker = EmbeddedBroker.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="dpstream-backlog-") as work:
+            results = [backlog(int(b), sizes, args.w, args.events, args.per_checkpoint, broker, Path(work))
+                       for b in args.bins.split(",")]
+    finally:
+        broker.stop()
+    print(json.dumps({"benchmark": "soak-backlog", "python": sys.version.split()[0], "results": results}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=("live", "backlog"), default="live",
+                    help="live: in-process fakes, one timestep per poll; backlog: real broker, input first")
+    ap.add_argument("--per-checkpoint", type=int, default=100, help="backlog: service.max_releases_per_checkpoint")
     ap.add_argument("--timesteps", default="1000,10000,100000", help="cumulative milestones, comma-separated")
     ap.add_argument("--bins", default="10,4096")
     ap.add_argument("--w", type=int, default=20)
     ap.add_argument("--events", type=int, default=4, help="events per timestep")
     ap.add_argument("--profile", action="store_true", help="tracemalloc diff first → last milestone")
     args = ap.parse_args()
+    if args.mode == "backlog":
+        main_backlog(args)
+        return
     milestones = sorted(int(x) for x in args.timesteps.split(","))
     if args.profile:
         tracemalloc.start(4)

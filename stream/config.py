@@ -151,6 +151,12 @@ class StreamSection(_Section):
     #: (``arrived_after_seal``), never into a release. A partition's record time going back by more
     #: than this stops the service (stream/service/progress.py).
     clock_skew: Duration = timedelta(seconds=5)
+    #: Where the stream ends (the service releases the timesteps before it, commits and exits 0).
+    #: An instant: every timestep that starts before it (``[start, end)``), a public choice.
+    #: ``last-record`` (backfills; record-time modes, service.role single): the timestep holding the
+    #: largest record time read before the service first caught up with its input (journaled, so
+    #: restarts keep it). Its stop time reveals that timestep: docs/privacy.md §1.3. None: no end.
+    end: Instant | Literal["last-record"] | None = None
 
     @field_validator("timestep")
     @classmethod
@@ -172,6 +178,13 @@ class StreamSection(_Section):
         if v is not None and v <= timedelta(0):
             raise ValueError("stream.idle_timeout must be > 0")
         return v
+
+    @model_validator(mode="after")
+    def _end_after_start(self) -> StreamSection:
+        if isinstance(self.end, datetime) and self.start is not None and self.end <= self.start:
+            raise ValueError(f"stream.end {self.end.isoformat()} is not after stream.start "
+                             f"{self.start.isoformat()}: the stream would release nothing; move stream.end later")
+        return self
 
 
 class AttributeSpec(_Section):
@@ -587,6 +600,12 @@ class ServiceSection(_Section):
     poll_timeout: Duration = timedelta(milliseconds=200)
     shutdown_timeout: Duration = timedelta(seconds=30)
     max_buffered_records: int = Field(default=10_000, ge=1)
+    #: at most this many releases per checkpoint (one journal frame, one transaction): a backlog of
+    #: complete timesteps (a restart after downtime, a start far in the past) is released in
+    #: checkpoints of this size, one after another, so memory and the journal are bounded by it and
+    #: the open timesteps, not by the backlog (issue 28 measured ~24 KB of journal and ~230 KB of
+    #: memory per release held, at 4,096 bins)
+    max_releases_per_checkpoint: int = Field(default=100, ge=1)
     #: the population ledger file shared by the streams of a ``privacy.shared_population``
     #: (default ``<state_dir>/populations.json``; streams of one population must point at one file)
     population_ledger: str | None = None

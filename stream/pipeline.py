@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from fractions import Fraction
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -388,8 +389,9 @@ class ReleasePipeline:
 
     # -- sealing --------------------------------------------------------------------
     def seal(self, *, now: float | datetime | None = None, final: bool = False,
-             record_frontier: float | None = None, before: int | None = None) -> list[SealedRelease]:
-        """Seal every complete timestep, in order.
+             record_frontier: float | None = None, before: int | None = None,
+             limit: int | None = None) -> list[SealedRelease]:
+        """Seal every complete timestep, in order (at most ``limit`` of them).
 
         With ``record_frontier`` (the record time every assigned partition is known to be
         past; see :meth:`stream.ingest.windowing.Windower.complete`) completeness is decided
@@ -397,13 +399,17 @@ class ReleasePipeline:
         ``final`` (end of input) seals every buffered timestep. ``before`` (a grid cell): seal
         only cells below it, complete or not beyond (the service's public release schedule,
         :mod:`stream.service.schedule`); it only delays, never changes what a timestep holds.
+        ``limit`` (a count of
+        timesteps) bounds one call: the service seals a long backlog in bounded checkpoints
+        (the rest stays complete and is sealed by the next calls, in order); it decides only
+        *when* a timestep is sealed, never what it holds.
         """
         out = []
         cells = (self.window.complete(record_frontier, final=final) if record_frontier is not None
                  else self.window.sealable(now=_seconds(now), final=final))
         if before is not None and cells.stop > before:
             cells = range(cells.start, max(cells.start, before))
-        for cell in cells:
+        for cell in cells if limit is None else islice(cells, max(0, limit)):
             out.append(self._seal_cell(cell, None))
         return out
 

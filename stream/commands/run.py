@@ -30,7 +30,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--config", "-c", required=True, help="YAML configuration file (DPSTREAM_* env vars override)")
     p.add_argument("--max-timesteps", type=positive_int, default=None, metavar="K",
-                   help="stop after this many timesteps were released (default: run until stopped)")
+                   help="release timesteps 0..K-1 (never more, however many are complete), commit and exit 0 "
+                        "(default: run until stopped; see also stream.end)")
     p.add_argument("--check", action="store_true",
                    help="only validate the configuration (as 'dpstream check-config'): start nothing, exit 0 "
                         "when valid, 2 with one line per problem when not")

@@ -67,8 +67,17 @@ from kafka import TopicPartition
 from controller.errors import StateError
 from stream.config import Settings
 from stream.ingest.events import EventDecoder, Rejections, parse_times
+from stream.ingest.windowing import Grid
 from stream.messages import parse_message
 from stream.pipeline import JOURNAL_VERSION, ReleasePipeline, SealedRelease
+from stream.service.catchup import (
+    LARGE_CATCH_UP,
+    LAST_RECORD,
+    LastRecord,
+    StreamEnd,
+    catch_up_summary,
+    checkpoint_room,
+)
 from stream.service.http import Health, HttpServer, make_app
 from stream.service.integrity import CHECK as CLUSTER_CHECK
 from stream.service.integrity import CHECK_INTERVAL_S as CLUSTER_CHECK_INTERVAL_S
@@ -114,7 +123,6 @@ FAILPOINTS = ("after_noise", "after_journal", "mid_produce", "after_produce_befo
 COMPACTION_FAILPOINTS = COMPACTION_POINTS
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 LAG_INTERVAL_S = 5.0
-MAX_RELEASES_PER_CHECKPOINT = 100
 #: not ready when the loop ran no iteration for max(this, 3 × kafka.request_timeout_ms): one
 #: iteration may legitimately wait on a Kafka request (end offsets, a transaction) that long
 LOOP_STALL_MIN_S = 120.0
@@ -255,7 +263,8 @@ class Service:
         self.health = health
         self.stop = stop
         self.failpoint = failpoint or (lambda _name: None)
-        self.max_timesteps = max_timesteps
+        #: where the stream stops (``--max-timesteps``, ``stream.end``; stream/service/catchup.py)
+        self.end = StreamEnd(Grid.from_settings(settings), max_timesteps, settings.stream.end)
         self.stream_id = settings.stream.id
         self.fingerprint = settings.fingerprint()
         self.decoder = EventDecoder.from_settings(settings)
@@ -275,6 +284,8 @@ class Service:
         self.committed_seq = 0  # the last checkpoint committed to this cluster (its marker on the state topic)
         self.cluster_lost: str | None = None  # why the cluster contradicts the stream's state (integrity.py)
         self._last_cluster_check = time.monotonic()
+        #: complete timesteps may still wait beyond the last checkpoint's room: seal them before reading more
+        self._backlog = False
         self._last_checkpoint = time.monotonic()
         self._last_lag = 0.0
         self._step_mark = 0.0
@@ -287,6 +298,15 @@ class Service:
         self.schedule = PublishSchedule.from_settings(settings)
         self.clock: Callable[[], float] = time.time
         self._behind_cell: int | None = None  # the last timestep counted behind schedule
+
+    @property
+    def max_timesteps(self) -> int | None:
+        """``--max-timesteps``: release timesteps 0..K−1, then stop (settable between runs)."""
+        return self.end.max_timesteps
+
+    @max_timesteps.setter
+    def max_timesteps(self, value: int | None) -> None:
+        self.end.max_timesteps = value
 
     # -- start-up ----------------------------------------------------------------
     def start(self) -> None:
@@ -313,13 +333,18 @@ class Service:
                 f"kafka.record_time is {k.record_time} but stream.start is not set: the first timestep must "
                 "be public, not chosen by the first event. Fix: set stream.start (an instant on the grid)")
         self.record_mode = k.record_time != "watermark"
+        if s.stream.end == LAST_RECORD and (not self.record_mode or s.service.role != "single"):
+            raise RecordTimeRefused(
+                "stream.end is last-record but kafka.record_time is watermark or service.role is not single: the "
+                "end follows the input's record times, which only a single process in a record-time mode reads. "
+                "Fix: use a record-time mode and service.role single, or set stream.end to an instant")
         self.reader = InputReader(k, k.input_topic, slack_s=s.stream.allowed_lateness.total_seconds() / 2,
                                   record_time=k.record_time if self.input_checks else "off",
                                   skew_s=s.stream.clock_skew.total_seconds())
         self.health.set(False, "recovering")
         state_dir = s.service.state_dir
         # release digests kept for the start-up check must cover the output tail it reads (bounded memory)
-        keep = max(INDEX_KEEP, k.startup_tail_records + 2 * MAX_RELEASES_PER_CHECKPOINT)
+        keep = max(INDEX_KEEP, k.startup_tail_records + 2 * s.service.max_releases_per_checkpoint)
         journal = (Journal.open(state_dir, self.stream_id, index_keep=keep)
                    if Journal.exists(state_dir, self.stream_id) else None)
         try:
@@ -369,6 +394,10 @@ class Service:
         self.reader.seek(self.positions)
         self.released = self.pipeline.next_index
         self.committed_seq = journal.last_seq  # re-sent above when it was one ahead of Kafka
+        if s.stream.end == LAST_RECORD:  # the largest record time so far and the decision, journaled
+            saved = windowing.get("end")
+            self.end.last = LastRecord.restore(saved) if saved else LastRecord()
+        self._log_catch_up()
         self._publish_budget()
         self.metrics.journal_bytes.set(journal.size)
         self.metrics.info.info({"stream": self.stream_id, "decision": s.release.decision,
@@ -378,6 +407,29 @@ class Service:
             journal_checkpoints=journal.last_seq, partitions=len(self.reader.partitions),
             resumed_from_offsets=bool(plan.resume_offsets))
         self.health.set(True, "running")
+
+    def _log_catch_up(self) -> None:
+        """Say at start-up how many timesteps the wall clock already completes, from when to when, and
+        what bounds them (a start far behind the clock releases every one of them: docs/configuration.md)."""
+        assert self.pipeline is not None
+        stop = self._stop_index()
+        skew = self.settings.stream.clock_skew.total_seconds() if self.record_mode else 0.0
+        summary = catch_up_summary(self.end.grid, self.pipeline.window.next_cell, self.pipeline.next_index,
+                                   time.time(), skew, stop)
+        big = summary["timesteps"] > LARGE_CATCH_UP
+        log(_log, logging.WARNING if big else logging.INFO, "catch-up", next_timestep=self.pipeline.next_index,
+            **summary, bounded_by=self.end.reason(), per_checkpoint=self.settings.service.max_releases_per_checkpoint,
+            **({"hint": "each of these timesteps is released (fresh or republished) and charged to the budget; "
+                        "bound a backfill with stream.end or --max-timesteps"} if big else {}))
+
+    def _stop_index(self) -> int | None:
+        """The first timestep index never to seal (``--max-timesteps``, ``stream.end``), or None."""
+        assert self.pipeline is not None
+        return self.end.stop_index(self.pipeline.window.first_cell, self.positions)
+
+    def _finished(self) -> bool:
+        stop = self._stop_index()
+        return stop is not None and self.released >= stop and not self.pending.releases
 
     def _plan(self, journal: Journal | None) -> Any:
         k = self.settings.kafka
@@ -422,15 +474,16 @@ class Service:
                 self.stop.wait(CLUSTER_CHECK_INTERVAL_S)
                 continue
             live = self.reader is not None and self.reader.caught_up(self.positions)
-            batch = self._poll()
+            batch = [] if self._backlog else self._poll()  # a backlog of complete timesteps first
             if batch:
                 self._ingest(batch, live=live)
             self._seal()
             if self._due() and not self._checkpoint():
                 break
             self._update_lag()
-            if self.max_timesteps is not None and self.released >= self.max_timesteps:
-                log(_log, logging.INFO, "released the requested number of timesteps", timesteps=self.released)
+            if self._finished():
+                log(_log, logging.INFO, "released the requested number of timesteps", timesteps=self.released,
+                    bounded_by=self.end.reason())
                 break
         self.health.set(False, "stopping")
         if self.pending or self.positions != self.committed:
@@ -473,6 +526,8 @@ class Service:
             sources.extend(zip(repeat(p), offsets))
             for r in records:
                 self.stamps[(p, r.offset)] = r.timestamp / 1000.0
+            if self.end.last is not None:
+                self.end.last.observe(r.timestamp / 1000.0 for r in records)
             self.record_times[p] = max(self.record_times.get(p, float("-inf")), records[-1].timestamp / 1000.0)
             self.positions[p] = offsets[-1] + 1
         if self.reader is not None:  # the consumer's position moves past transaction markers
@@ -574,13 +629,29 @@ class Service:
         if self.record_mode:
             frontier = self.reader.record_frontier(self.positions, self.record_times, now,
                                                    self.settings.stream.clock_skew.total_seconds())
-            self.pipeline.seal(record_frontier=frontier, before=before)
+            self._seal_bounded(record_frontier=frontier, before=before)
             self._watch_schedule(now)
             return
         idle_clock = now if self.reader.caught_up(self.positions) else None
         if idle_clock is None and self.pipeline.window.last_event_wall is not None:
             self.pipeline.window.last_event_wall = now  # the idle timer runs only while caught up
-        self.pipeline.seal(now=idle_clock, before=before)
+        self._seal_bounded(now=idle_clock, before=before)
+
+    def _seal_bounded(self, **rule: Any) -> None:
+        """Seal what ``rule`` (a :meth:`ReleasePipeline.seal` completeness rule) allows, but no more than
+        the next checkpoint may take (:func:`stream.service.catchup.checkpoint_room`): a long backlog is
+        released in checkpoints of ``service.max_releases_per_checkpoint``, and no more input is read while
+        complete timesteps wait (so what is buffered stays bounded by the open timesteps)."""
+        assert self.pipeline is not None and self.reader is not None
+        last = self.end.last
+        if last is not None and not last.decided and self.reader.caught_up(self.positions):
+            last.decide()  # stream.end: last-record: every partition read to its high watermark once
+            log(_log, logging.INFO, "stream end decided (stream.end: last-record)", bounded_by=self.end.reason(),
+                next_timestep=self.pipeline.next_index)
+        room = checkpoint_room(len(self.pending.releases), self.settings.service.max_releases_per_checkpoint,
+                               self.pipeline.next_index, self._stop_index())
+        sealed = self.pipeline.seal(limit=room, **rule) if room else []
+        self._backlog = len(sealed) >= room and not self._finished()
 
     # -- the public release schedule (service.publish: on-schedule, stream/service/schedule.py) ----------
     def _poll_wait(self) -> float:
@@ -636,7 +707,8 @@ class Service:
         if len(self.pending.outputs) >= self.settings.service.max_buffered_records:
             return True
         if self.pending.releases:
-            return (since >= interval or len(self.pending.releases) >= MAX_RELEASES_PER_CHECKPOINT
+            return (since >= interval or self._backlog
+                    or len(self.pending.releases) >= self.settings.service.max_releases_per_checkpoint
                     or self.reader.caught_up(self.positions) or self._on_schedule_pending())
         new_input = bool(self.pending.outputs) or self.positions != self.committed
         return new_input and since >= interval
@@ -657,7 +729,8 @@ class Service:
         cp = Checkpoint(self.journal.last_seq + 1, dict(self.committed), dict(self.positions), releases,
                         tuple(pending.outputs),
                         {"window": window, "open_events": {str(c): n for c, n in self.open_events.items()},
-                         "record_times": {str(p): t for p, t in sorted(self.record_times.items())}})
+                         "record_times": {str(p): t for p, t in sorted(self.record_times.items())},
+                         **({"end": self.end.last.snapshot()} if self.end.last is not None else {})})
         t0 = time.monotonic()
         self._append(cp)
         self.metrics.journal_fsync.observe(time.monotonic() - t0)

@@ -5,10 +5,11 @@ drawn once, transactions, recovery) with its input replaced: instead of events i
 workers' shuffle records (:mod:`stream.service.shuffle`) from ``kafka.shuffle_topic``,
 
 * adds each record's rows to the open timesteps (inclusion was decided by the worker from each
-  event's own fields; a row for a timestep already sealed is counted in
-  ``dpstream_shuffle_rows_after_seal_total`` and dropped — it can only come from a worker whose
+  event's own fields; a row for a timestep already sealed — it can only come from a worker whose
   broker clock lagged by more than ``stream.clock_skew``, the single process's
-  ``arrived_after_seal``),
+  ``arrived_after_seal`` — is counted in ``dpstream_shuffle_rows_after_seal_total`` and goes to
+  the late topic with that reason (:func:`after_seal_records`), in the next checkpoint, never
+  into a release),
 * keeps, per *input* partition, the largest completeness frontier any worker reported, and
 * seals a timestep once every input partition's frontier is past its deadline.
 
@@ -21,17 +22,27 @@ frontiers; its committed offsets are on the shuffle topic.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from typing import Any
 
+import numpy as np
+
 from stream.config import Settings
-from stream.service.kafka_io import KafkaIOError, make_consumer
+from stream.ingest.windowing import TimestepData
+from stream.service.journal import JournaledOutput
+from stream.service.kafka_io import KafkaIOError, bounded_value, dead_letter_limit, make_consumer
 from stream.service.logs import log
 from stream.service.loop import Service, ServiceError
 from stream.service.shuffle import decode, shuffle_topic
 
-__all__ = ["Releaser", "releaser_settings"]
+__all__ = ["Releaser", "after_seal_records", "releaser_settings"]
+
+AFTER_SEAL = "arrived_after_seal"
+AFTER_SEAL_DETAIL = ("a worker handed this row over after its timestep had been released (the input partition's "
+                     "broker clock behind the wall clock by more than stream.clock_skew)")
 
 _log = logging.getLogger("dpstream.releaser")
 
@@ -92,8 +103,12 @@ class Releaser(Service):
                 for data in rec.cells:
                     if window.add_rows(data):
                         self.open_events[data.cell] = self.open_events.get(data.cell, 0) + len(data)
-                    else:
+                    else:  # its timestep is out: to the late topic, like arrived_after_seal in one process
                         self.metrics.shuffle_after_seal.inc(len(data))
+                        self.metrics.count_rejections({AFTER_SEAL: len(data)})
+                        self.pending.outputs.extend(after_seal_records(
+                            data, stream=self.stream_id, input_topic=self.input_topic, partition=rec.partition,
+                            limit=dead_letter_limit(self.settings.kafka.max_request_size)))
                 if rec.frontier is not None and rec.frontier > self.record_times.get(rec.partition, float("-inf")):
                     self.record_times[rec.partition] = rec.frontier
             if records:
@@ -115,8 +130,36 @@ class Releaser(Service):
         frontier = min(self.record_times.get(p, float("-inf")) for p in self.input_partitions)
         now = self.clock()  # service.publish: on-schedule: never before the public scheduled time
         before = None if self.schedule is None else self.schedule.first_not_due(now)
-        self.pipeline.seal(record_frontier=frontier, before=before)
+        self._seal_bounded(record_frontier=frontier, before=before)  # bounded checkpoints
         self._watch_schedule(now)
+
+
+def after_seal_records(data: TimestepData, *, stream: str, input_topic: str, partition: int,
+                       limit: int) -> list[JournaledOutput]:
+    """Late-topic records for shuffle rows that arrived after their timestep was sealed.
+
+    The releaser has the row, not the original record: the value is the row as JSON
+    (``user_id``, ``event_time`` in epoch seconds, ``cell`` and ``bin``, the flat histogram index
+    the worker computed), the headers the single process's late headers (reason
+    ``arrived_after_seal``, a detail, the stream, the input topic and partition). The key is the
+    input partition, the cell and a digest of the row, so a row handed over twice (an interrupted
+    worker transaction) is one late record with the same bytes: consumers drop duplicates by key.
+    Raw per-person data, like every late record (``docs/privacy.md`` §9).
+    """
+    users = data.user_id.to_pylist()
+    flat = np.asarray(data.flat).tolist()
+    times = np.asarray(data.time, dtype=np.float64).tolist()
+    headers = (("dpstream.reason", AFTER_SEAL.encode()), ("dpstream.detail", AFTER_SEAL_DETAIL.encode()),
+               ("dpstream.stream", stream.encode()), ("dpstream.source.topic", input_topic.encode()),
+               ("dpstream.source.partition", str(partition).encode()))
+    out = []
+    for user, t, b in zip(users, times, flat, strict=True):
+        value = json.dumps({"user_id": user, "event_time": t, "cell": int(data.cell), "bin": int(b)},
+                           sort_keys=True, separators=(",", ":")).encode()
+        digest = hashlib.sha256(value).hexdigest()[:16]
+        value, cut = bounded_value(value, limit)
+        out.append(JournaledOutput("late", f"{partition}:{data.cell}:{digest}".encode(), value, (*headers, *cut)))
+    return out
 
 
 def _partitions(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[int]:

@@ -202,3 +202,56 @@ def test_a_worker_refuses_an_unconfirmed_log_append_time_topic(broker, tmp_path)
     with InProcessService(settings_from(cfg)) as w:
         wait_for(lambda: w.exit_code is not None, 30, what="exit")
         assert w.exit_code == 2
+
+
+def test_rows_handed_over_after_a_seal_go_to_the_late_topic(broker, zygote, tmp_path) -> None:  # noqa: F811
+    """issue 28 item 5: the releaser seals timesteps 0..3 while the worker is paused (SIGSTOP); a record
+    whose broker clock lagged (record time within timestep 1's deadline, appended after the seal)
+    arrives meanwhile, and the resumed worker hands its row over. The releaser counts it
+    (``dpstream_shuffle_rows_after_seal_total``, ``dpstream_late_events_total``) and sends it to the
+    late topic with the reason ``arrived_after_seal``, as one process would; no release changes."""
+    import os
+
+    from kafka import KafkaProducer
+
+    bootstrap = broker.bootstrap
+    cfg = service_config(bootstrap, tmp_path / "releaser", seed=5, kafka={"topic_partitions": 1},
+                         privacy={"horizon": 10, "cutoff": 4})
+    topic = cfg["kafka"]["input_topic"]
+    from stream.config import KafkaSection
+    from stream.service.kafka_io import ensure_topics
+
+    ensure_topics(KafkaSection(**cfg["kafka"]), {topic: 1})  # auto-created topics get 4 partitions here
+    produce(bootstrap, topic, [json.dumps(event(f"p{i}", t)).encode() for t in range(4) for i in range(5)])
+    heartbeat(bootstrap, topic, 4)  # the partition is past timestep 3's deadline
+    worker_cfg = write_config(_role(cfg, "worker", "w1"), tmp_path / "worker.yaml")
+    pid = zygote.spawn(worker_cfg, tmp_path / "worker.log")
+    try:
+        with InProcessService(settings_from(_role(cfg, "releaser"))) as rel:
+            wait_for(lambda: rel.published() >= 4, 90, what="timesteps 0..3 released")
+            os.kill(pid, signal.SIGSTOP)  # paused across the seal of what the lagging record belongs to
+            lagging = json.dumps(event("lagging", 1, offset=5.0)).encode()
+            p = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+            p.send(topic, value=lagging, partition=0, timestamp_ms=int((event("x", 1)["event_time"] + 30) * 1000))
+            p.flush()
+            p.close()
+            time.sleep(1.0)
+            os.kill(pid, signal.SIGCONT)
+            wait_for(lambda: rel.metric("dpstream_shuffle_rows_after_seal_total") >= 1, 60,
+                     what="the late row reached the releaser")
+            late = wait_for(lambda: read_all(bootstrap, cfg["kafka"]["late_topic"], timeout_s=3), 30,
+                            what="a record on the late topic")
+            assert rel.metric("dpstream_late_events_total") == 1
+            assert rel.metric("dpstream_arrived_after_seal_total") == 1
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        zygote.wait(pid, 30)
+    assert len({r.key for r in late}) == 1, late
+    rec = late[0]
+    headers = dict(rec.headers)
+    assert headers["dpstream.reason"] == b"arrived_after_seal"
+    assert headers["dpstream.source.topic"] == topic.encode() and headers["dpstream.source.partition"] == b"0"
+    doc = json.loads(rec.value)
+    assert doc["user_id"] == "lagging" and doc["event_time"] == event("lagging", 1, offset=5.0)["event_time"]
+    got = _released(bootstrap, cfg["kafka"]["output_topic"], 4)
+    assert sorted(got) == [0, 1, 2, 3] and all(len(v) == 1 for v in got.values())
