@@ -642,9 +642,9 @@ class Service:
         the next checkpoint may take (:func:`stream.service.catchup.checkpoint_room`): a long backlog is
         released in checkpoints of ``service.max_releases_per_checkpoint``, and no more input is read while
         complete timesteps wait (so what is buffered stays bounded by the open timesteps)."""
-        assert self.pipeline is not None and self.reader is not None
-        last = self.end.last
-        if last is not None and not last.decided and self.reader.caught_up(self.positions):
+        assert self.pipeline is not None
+        last = self.end.last  # stream.end: last-record runs in a single process only (with a reader)
+        if last is not None and not last.decided and self.reader is not None and self.reader.caught_up(self.positions):
             last.decide()  # stream.end: last-record: every partition read to its high watermark once
             log(_log, logging.INFO, "stream end decided (stream.end: last-record)", bounded_by=self.end.reason(),
                 next_timestep=self.pipeline.next_index)

@@ -228,7 +228,7 @@ def test_a_backlog_is_released_as_soon_as_it_is_complete(tmp_path, monkeypatch):
     be deleted at once by the output topic's time-based retention); timestep 8 (54 s behind) keeps
     its scheduled time."""
     records = _timestep0() + [(T + STEP + 2 + i, T + STEP + 2 + i, _event(f"v{i}", T + STEP + i)) for i in range(5)]
-    out, _ = _run(monkeypatch, _settings(tmp_path), records, start=T + 600, timesteps=2)
+    out, _ = _run(monkeypatch, _settings(tmp_path), records, start=T + 600, timesteps=9)
     assert [when for when, _, _ in out] == [T + 600] * 9
     assert [stamp for _, stamp, _ in out] == [(T + 600) * 1000] * 8 + [(SCHEDULED_0 + 8 * STEP) * 1000]
     assert [json.loads(v)["timestep"]["index"] for _, _, v in out] == list(range(9))
