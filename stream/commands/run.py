@@ -55,8 +55,14 @@ def run(args: argparse.Namespace) -> int:
     from stream.service.loop import run_service
 
     setup_logging(settings.service.log_level)
-    _warn_about_configuration(settings)
-    return run_service(settings, max_timesteps=args.max_timesteps)
+
+    # Warn only once nothing can stop the start any more (the HTTP and public ports bound, the state
+    # directory and journal opened, the Kafka clients up): a fatal start-up error (a port in use, a
+    # refused journal) then comes alone, not after warnings about a service that never ran.
+    def started(_service: Any, _server: Any) -> None:
+        _warn_about_configuration(settings)
+
+    return run_service(settings, max_timesteps=args.max_timesteps, on_started=started)
 
 
 def _warn_about_configuration(settings: object) -> None:
