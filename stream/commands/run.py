@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from stream.commands import positive_int
+from stream.commands import add_config_option, positive_int
 
 __all__ = ["register", "run"]
 
@@ -28,7 +28,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "live page and release API for dashboard users (docs/api.md). Stops on SIGTERM or Ctrl-C."
         ),
     )
-    p.add_argument("--config", "-c", required=True, help="YAML configuration file (DPSTREAM_* env vars override)")
+    add_config_option(p)
     p.add_argument("--max-timesteps", type=positive_int, default=None, metavar="K",
                    help="stop after this many timesteps were released (default: run until stopped)")
     p.add_argument("--check", action="store_true",

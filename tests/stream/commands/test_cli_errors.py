@@ -117,6 +117,13 @@ CASES = [
                                     "{tmp}/g", "--epsilon", "0"], {}, ["privacy.epsilon", "0", "> 0"]),
     ("unknown command", None, ["nosuch"], {}, ["nosuch", "choose from", "--help"]),
     ("unknown option", None, ["check-config", "{cfg}", "--frobnicate"], {}, ["--frobnicate"]),
+    # issue 34 item 3: check-config takes --config like every other command, and FILE; exactly one of them
+    ("check-config --config, a mistake", ("cutoff: 2", "cutoff: 11"), ["check-config", "--config", "{cfg}"], {},
+     ["privacy.cutoff", "11", "privacy.horizon"]),
+    ("check-config FILE and --config", None, ["check-config", "{cfg}", "--config", "{cfg}"], {},
+     ["--config", "not allowed with", "FILE", "--help"]),
+    ("check-config without a configuration", None, ["check-config"], {}, ["FILE", "--config", "required"]),
+    ("run without --config", None, ["run"], {}, ["--config", "required"]),
 ]
 
 
@@ -229,6 +236,39 @@ def test_a_valid_config_prints_one_summary_line_and_creates_nothing(tmp_path):
                        "dpstream.events -> dpstream.releases"):
             assert needle in line, (needle, line)
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("form", [["--config", "{cfg}"], ["-c", "{cfg}"], ["{cfg}"], ["--config={cfg}"]],
+                         ids=["--config", "-c", "FILE", "--config="])
+def test_check_config_takes_the_configuration_as_every_command_does(tmp_path, form):
+    """``check-config --config FILE`` (and ``-c``), as run, replay and evaluate take it; ``FILE`` still works
+    (issue 34 item 3). Each form checks the same file: the same summary, and a mistake is found in each."""
+    cfg = _config(tmp_path)
+    result = dpstream("check-config", *[a.format(cfg=cfg) for a in form], "--no-file-checks")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert result.stdout == dpstream("run", "--check", "--config", cfg).stdout
+    bad = _config(tmp_path, replace=("cutoff: 2", "cutoff: 11"))
+    result = dpstream("check-config", *[a.format(cfg=bad) for a in form])
+    assert result.returncode == 2 and "privacy.cutoff" in _one_line(result)
+
+
+def test_every_command_reading_a_configuration_takes_config_and_c():
+    """One way to pass a configuration: each subcommand with a configuration option spells it --config
+    (short -c), and reads the file it names."""
+    from stream.commands import config_path
+    from stream.commands.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    readers = {name for name, sub in commands.items()
+               if any("--config" in a.option_strings for a in sub._actions)}
+    assert readers == {"replay", "evaluate", "run", "check-config"}, readers
+    extra = {"replay": ["--input", "i", "--output", "o"], "evaluate": ["--input", "i"]}
+    for name in sorted(readers):
+        for flag in ("--config", "-c"):
+            args = parser.parse_args([name, flag, "x.yaml", *extra.get(name, [])])
+            assert config_path(args) == "x.yaml", (name, flag)
+    assert config_path(parser.parse_args(["check-config", "x.yaml"])) == "x.yaml"
 
 
 def test_check_config_no_file_checks_accepts_a_config_for_another_machine(tmp_path):
