@@ -4,6 +4,7 @@ searches, or a test extra that lacks the plugin the default options need."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import tomllib
@@ -44,3 +45,16 @@ def test_the_readme_opens_with_the_two_set_up_commands():
     block = (ROOT / "README.md").read_text().split("```bash", 1)[1].split("```", 1)[0].strip().splitlines()
     assert block == ['python3 -m pip install -e ".[demo]" && dpstream demo',
                      'python3 -m pip install -e ".[test]" && python3 -m pytest']
+
+
+def test_auto_starts_two_workers_per_core_at_most_cores_plus_four(monkeypatch):
+    """conftest.py's ``-n auto``: the suite waits on brokers and subprocesses much of the time, so
+    two workers per core; the environment variable xdist documents still overrides it."""
+    import conftest
+
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    for cores, workers in ((1, 2), (2, 4), (4, 8), (16, 20)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)), raising=False)
+        assert conftest.pytest_xdist_auto_num_workers(None) == workers, cores
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")
+    assert conftest.pytest_xdist_auto_num_workers(None) == 3
