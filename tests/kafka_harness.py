@@ -4,6 +4,12 @@ Import the fixtures into a test module with
 ``from tests.kafka_harness import broker, kafka_settings  # noqa: F401``.
 One broker per test module (module scope): starting one takes ~0.2 s, and
 every test uses topic names of its own, so tests never see each other's data.
+The service zygote (:class:`Zygote`) is one per test process (session scope).
+
+Under pytest-xdist (the default: ``-n auto`` in pyproject.toml) every worker is a separate process
+with its own brokers and zygote; names come from :func:`unique` (process id + counter + random),
+ports are free ones picked at start, state lives under each test's ``tmp_path``: nothing here
+assumes it is the only test process on the machine.
 """
 
 from __future__ import annotations
@@ -41,8 +47,11 @@ def broker() -> Iterator[EmbeddedBroker]:
         b.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def zygote() -> Iterator[Zygote]:
+    """One zygote per test process (per xdist worker): starting one imports numpy, pyarrow, pydantic
+    and kafka-python (2-10 s on a loaded machine), and every run it forks is a fresh process, so the
+    crash, compaction and scale-out modules share it instead of starting one each."""
     z = Zygote()
     try:
         yield z

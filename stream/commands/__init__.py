@@ -18,6 +18,7 @@ import argparse
 __all__ = [
     "CommandError", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED",
     "positive_int", "non_negative_int", "port_number", "print_error", "load_resolved",
+    "add_config_option", "config_path",
 ]
 
 EXIT_OK = 0
@@ -74,6 +75,34 @@ def port_number(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a valid port (1-65535, or 0 for any free port)")
     return value
+
+
+_CONFIG_HELP = "the YAML configuration file (DPSTREAM_* environment variables override its settings)"
+
+
+def add_config_option(parser: argparse.ArgumentParser, *, positional: bool = False) -> None:
+    """``--config FILE`` (short ``-c FILE``): how every command that reads a configuration takes it.
+
+    ``positional``: the command also takes it as its argument, ``FILE`` (``check-config FILE``, its
+    original form); exactly one of the two forms, else a one-line usage error (exit 2). Read the
+    path with :func:`config_path`.
+    """
+    if not positional:
+        parser.add_argument("--config", "-c", required=True, metavar="FILE", help=_CONFIG_HELP)
+        return
+    either = parser.add_mutually_exclusive_group(required=True)
+    # separate destinations: an absent optional positional would otherwise overwrite --config's value
+    either.add_argument("config_file", nargs="?", default=None, metavar="FILE",
+                        help=f"{_CONFIG_HELP}; or give it as --config FILE")
+    either.add_argument("--config", "-c", default=None, metavar="FILE", help="the same, as for run, replay and evaluate")
+
+
+def config_path(args: argparse.Namespace) -> str:
+    """The configuration file a command was given (``--config FILE``, or ``FILE`` where accepted)."""
+    path = getattr(args, "config", None) or getattr(args, "config_file", None)
+    if path is None:  # pragma: no cover - argparse requires one of the two
+        raise CommandError("no configuration given: pass --config FILE")
+    return str(path)
 
 
 def load_resolved(path: str | None, **overrides: object) -> object:

@@ -1,4 +1,4 @@
-"""``dpstream check-config FILE``: validate a configuration without starting anything.
+"""``dpstream check-config --config FILE`` (or ``check-config FILE``): validate a configuration without starting anything.
 
 Reads the file (and the ``DPSTREAM_*`` environment overrides, as ``run``
 would), validates every setting and builds the domain and the release
@@ -15,6 +15,8 @@ import argparse
 import sys
 from typing import Any
 
+from stream.commands import add_config_option, config_path
+
 __all__ = ["register", "run", "check", "summary", "planner_lines"]
 
 
@@ -27,7 +29,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                     "directory. Prints a one-line summary when valid (exit 0); one line per problem when not "
                     "(exit 2).",
     )
-    p.add_argument("config", metavar="FILE", help="the YAML configuration")
+    add_config_option(p, positional=True)
     p.add_argument("--no-file-checks", dest="check_files", action="store_false",
                    help="do not require the files it names (kafka.ssl_cafile, ...) to exist here: for a "
                         "configuration checked on another machine than the one it runs on")
@@ -80,4 +82,4 @@ def planner_lines(settings: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    return check(args.config, check_files=args.check_files)
+    return check(config_path(args), check_files=args.check_files)

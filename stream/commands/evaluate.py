@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from stream.commands import add_config_option
+
 __all__ = ["register", "run"]
 
 DEFAULT_METHODS = "dsat,dsft,uniform,fixed"
@@ -60,7 +62,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "fresh releases and the epsilon spent, each with a 95% confidence interval over the runs."
         ),
     )
-    p.add_argument("--config", required=True, help="the stream's config.yaml")
+    add_config_option(p)
     p.add_argument("--input", required=True, help="events CSV, or a counts file (one row per timestep)")
     p.add_argument("--methods", default=None,
                    help=f"comma-separated decision methods (default {DEFAULT_METHODS}; bd and ba need w-event; "

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from stream.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, print_error
+from stream.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, add_config_option, print_error
 from stream.commands import non_negative_int as _seed
 
 __all__ = ["register", "run"]
@@ -46,7 +46,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "first line numbers shown. Exit status: 0 ok, 2 bad configuration or input, 1 other failure."
         ),
     )
-    p.add_argument("--config", required=True, metavar="CONFIG", help="the YAML configuration")
+    add_config_option(p)
     p.add_argument("--input", required=True, metavar="EVENTS.csv", help="events CSV (or counts file with --counts)")
     p.add_argument("--output", required=True, metavar="RELEASES.jsonl", help="where to write the messages")
     p.add_argument(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from stream.commands import positive_int
+from stream.commands import add_config_option, positive_int
 
 __all__ = ["register", "run"]
 
@@ -28,7 +28,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "live page and release API for dashboard users (docs/api.md). Stops on SIGTERM or Ctrl-C."
         ),
     )
-    p.add_argument("--config", "-c", required=True, help="YAML configuration file (DPSTREAM_* env vars override)")
+    add_config_option(p)
     p.add_argument("--max-timesteps", type=positive_int, default=None, metavar="K",
                    help="release timesteps 0..K-1 (never more, however many are complete), commit and exit 0 "
                         "(default: run until stopped; see also stream.end)")
@@ -56,8 +56,14 @@ def run(args: argparse.Namespace) -> int:
     from stream.service.loop import run_service
 
     setup_logging(settings.service.log_level)
-    _warn_about_configuration(settings)
-    return run_service(settings, max_timesteps=args.max_timesteps)
+
+    # Warn only once nothing can stop the start any more (the HTTP and public ports bound, the state
+    # directory and journal opened, the Kafka clients up): a fatal start-up error (a port in use, a
+    # refused journal) then comes alone, not after warnings about a service that never ran.
+    def started(_service: Any, _server: Any) -> None:
+        _warn_about_configuration(settings)
+
+    return run_service(settings, max_timesteps=args.max_timesteps, on_started=started)
 
 
 def _warn_about_configuration(settings: object) -> None:

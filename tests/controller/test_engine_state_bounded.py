@@ -38,6 +38,7 @@ def _cases():
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # 10,000 timesteps per method (~45 s in all)
 @pytest.mark.parametrize(("unit_kind", "method"), list(_cases()))
 def test_ledger_and_snapshot_stay_bounded_over_ten_thousand_timesteps(unit_kind, method):
     w = 20

@@ -157,6 +157,7 @@ def test_the_issue_scenario_fast_clock_changes_nothing_else():
     assert worst_l1(run_watermark, base, fast, []) > 100  # the old rule: many others go late
 
 
+@pytest.mark.nightly  # a hypothesis search of up to 2,000 examples (~1.5 min)
 def test_a_data_dependent_rule_is_caught():
     """Hypothesis finds a counterexample for the watermark rule: the property above can fail."""
     found = find(

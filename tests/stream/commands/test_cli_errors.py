@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.kafka_harness import broker  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[3]
 
 # noise_floor: true keeps the threshold diagnostic (a WARNING log line on stderr) out of the way
@@ -115,6 +117,13 @@ CASES = [
                                     "{tmp}/g", "--epsilon", "0"], {}, ["privacy.epsilon", "0", "> 0"]),
     ("unknown command", None, ["nosuch"], {}, ["nosuch", "choose from", "--help"]),
     ("unknown option", None, ["check-config", "{cfg}", "--frobnicate"], {}, ["--frobnicate"]),
+    # issue 34 item 3: check-config takes --config like every other command, and FILE; exactly one of them
+    ("check-config --config, a mistake", ("cutoff: 2", "cutoff: 11"), ["check-config", "--config", "{cfg}"], {},
+     ["privacy.cutoff", "11", "privacy.horizon"]),
+    ("check-config FILE and --config", None, ["check-config", "{cfg}", "--config", "{cfg}"], {},
+     ["--config", "not allowed with", "FILE", "--help"]),
+    ("check-config without a configuration", None, ["check-config"], {}, ["FILE", "--config", "required"]),
+    ("run without --config", None, ["run"], {}, ["--config", "required"]),
 ]
 
 
@@ -141,18 +150,66 @@ def test_mistake_is_one_line_exit_2(tmp_path, name, config, argv, env, needles):
     assert not (tmp_path / "state").exists(), "a refused configuration must create nothing"
 
 
+# A configuration the run warns about twice (issue 34 item 4): the threshold below the noise floor
+# (no release.noise_floor) and noise above the data (10 people over 10 bins: the zero release wins)
+WARNED = GOOD.replace("release: {decision: dsat, noise_floor: true}", "release: {decision: dsat}").replace(
+    "population: 100", "population: 10")
+
+
 @pytest.mark.parametrize("setting", ["http_port", "public_port"])
 def test_port_in_use_at_start_up(tmp_path, setting):
+    """A fatal start-up error comes alone: the configuration's warnings (threshold, zero release) are
+    logged only once the start can no longer fail, so stderr is the one error line (issue 34 item 4)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         others = "" if setting == "http_port" else "http_port: 0, "
-        cfg = _config(tmp_path, replace=("state_dir:", f"{others}{setting}: {port}, state_dir:"))
+        cfg = _config(tmp_path, WARNED, replace=("state_dir:", f"{others}{setting}: {port}, state_dir:"))
         result = dpstream("run", "-c", cfg)
+    assert "WARNING" not in result.stderr, result.stderr
     line = _one_line(result)
     assert result.returncode == 2
     assert f"service.{setting}: cannot listen on 127.0.0.1:{port}" in line and "in use" in line and "free port" in line, line
+    assert not (tmp_path / "state").exists(), "a refused start must create no state directory"
+
+
+@pytest.mark.kafka
+def test_configuration_warnings_come_once_the_service_started(tmp_path, broker):  # noqa: F811
+    """The other half of item 4: a run that does start still logs both warnings, once each, after
+    its own "started" record (the ports bound, the journal opened, the Kafka clients up)."""
+    import json
+    import signal
+    import threading
+
+    from tests.kafka_harness import service_config, write_config
+
+    # the harness's service configuration (record time, fast timeouts) with WARNED's two problems
+    cfg = str(write_config(service_config(broker.bootstrap, tmp_path / "state", release={"decision": "dsat"},
+                                          privacy={"population": 10, "horizon": 10, "cutoff": 2}),
+                           tmp_path / "c.yaml"))
+    proc = subprocess.Popen([sys.executable, "-m", "stream", "run", "-c", cfg], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+    records: list[dict] = []
+    guard = threading.Timer(120, proc.kill)  # a run that never warns must not hang the test
+    guard.start()
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # JSON log records, one per line
+            records.append(json.loads(line))
+            if sum(r.get("level") == "WARNING" for r in records) == 2:
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=60)
+        guard.cancel()
+    records += [json.loads(line) for line in rest.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0, (proc.returncode, records)
+    events = [r["event"] for r in records]
+    warnings = [r["event"] for r in records if r["level"] == "WARNING"]
+    assert len(warnings) == 2, records
+    assert "release.threshold" in warnings[0] and "worse than publishing nothing" in warnings[1], warnings
+    assert events.index("started") < events.index(warnings[0]), events
 
 
 @pytest.mark.parametrize("argv", [["check-config", "{cfg}"], ["run", "-c", "{cfg}"],
@@ -179,6 +236,39 @@ def test_a_valid_config_prints_one_summary_line_and_creates_nothing(tmp_path):
                        "dpstream.events -> dpstream.releases"):
             assert needle in line, (needle, line)
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("form", [["--config", "{cfg}"], ["-c", "{cfg}"], ["{cfg}"], ["--config={cfg}"]],
+                         ids=["--config", "-c", "FILE", "--config="])
+def test_check_config_takes_the_configuration_as_every_command_does(tmp_path, form):
+    """``check-config --config FILE`` (and ``-c``), as run, replay and evaluate take it; ``FILE`` still works
+    (issue 34 item 3). Each form checks the same file: the same summary, and a mistake is found in each."""
+    cfg = _config(tmp_path)
+    result = dpstream("check-config", *[a.format(cfg=cfg) for a in form], "--no-file-checks")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert result.stdout == dpstream("run", "--check", "--config", cfg).stdout
+    bad = _config(tmp_path, replace=("cutoff: 2", "cutoff: 11"))
+    result = dpstream("check-config", *[a.format(cfg=bad) for a in form])
+    assert result.returncode == 2 and "privacy.cutoff" in _one_line(result)
+
+
+def test_every_command_reading_a_configuration_takes_config_and_c():
+    """One way to pass a configuration: each subcommand with a configuration option spells it --config
+    (short -c), and reads the file it names."""
+    from stream.commands import config_path
+    from stream.commands.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    readers = {name for name, sub in commands.items()
+               if any("--config" in a.option_strings for a in sub._actions)}
+    assert readers == {"replay", "evaluate", "run", "check-config"}, readers
+    extra = {"replay": ["--input", "i", "--output", "o"], "evaluate": ["--input", "i"]}
+    for name in sorted(readers):
+        for flag in ("--config", "-c"):
+            args = parser.parse_args([name, flag, "x.yaml", *extra.get(name, [])])
+            assert config_path(args) == "x.yaml", (name, flag)
+    assert config_path(parser.parse_args(["check-config", "x.yaml"])) == "x.yaml"
 
 
 def test_check_config_no_file_checks_accepts_a_config_for_another_machine(tmp_path):

@@ -99,6 +99,7 @@ def test_the_checker_catches_a_service_that_redraws_on_restart(broker, zygote, t
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # 28 crashes over 100 timesteps paced at 0.3 s (>= 30 s by design)
 def test_crash_matrix_10k_events_100_timesteps(broker, zygote, tmp_path):  # noqa: F811
     """20 kill -9 at random moments + 2 crashes at each failpoint, while 10,000 events arrive."""
     failpoints = [(name, nth) for name in FAILPOINTS for nth in (1, 3)]

@@ -145,6 +145,7 @@ _SETTINGS = settings_from(service_config("127.0.0.1:1", "/tmp/unused", seed=1))
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # 100,000 fuzzed payloads (~40 s)
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(structured=st.lists(STRUCTURED, min_size=5, max_size=5), seed=st.integers(0, 2**32 - 1))
 def test_fuzz_100k_payloads_in_process(structured, seed):
