@@ -94,11 +94,29 @@ def wrap_error(exc: BaseException, action: str) -> KafkaIOError:
     elif isinstance(exc, kerr.KafkaError):
         retriable = bool(getattr(exc, "retriable", False)) or isinstance(
             exc, kerr.KafkaTimeoutError | kerr.KafkaConnectionError | kerr.NodeNotReadyError
-        )
+        ) or _wraps_retriable(exc)
     else:
         retriable = isinstance(exc, TimeoutError | ConnectionError)
     kind = "retriable" if retriable else "fatal"
     return KafkaIOError(f"{action} failed ({kind}): {exc}", retriable=retriable, action=action)
+
+
+#: kafka-python's retriable broker errors, by class name (see :func:`_wraps_retriable`)
+_RETRIABLE_NAMES = tuple(sorted(
+    name for name, cls in vars(kerr).items()
+    if isinstance(cls, type) and issubclass(cls, kerr.KafkaError) and getattr(cls, "retriable", False)
+))
+
+
+def _wraps_retriable(exc: BaseException) -> bool:
+    """kafka-python's transaction manager reports a failed transactional request as a plain
+    ``KafkaError`` whose text names the broker error ("Could not execute transactional request for
+    unknown reasons: [Error 7] RequestTimedOutError ..."): a hung broker's timeout is retriable (the
+    journaled checkpoint is re-sent with a fresh producer), not a reason to stop the service."""
+    if type(exc) is not kerr.KafkaError:
+        return False
+    text = str(exc)
+    return any(name in text for name in _RETRIABLE_NAMES)
 
 
 def transactional_id_for(k: KafkaSection, stream_id: str) -> str:

@@ -221,3 +221,21 @@ def test_producer_settings_are_exactly_once(broker):  # noqa: F811
     finally:
         p.close(timeout=2)
     _ = TopicPartition  # re-exported type used by callers
+
+
+def test_a_timed_out_transactional_request_is_retriable_and_fencing_is_not():
+    """kafka-python reports a failed transactional request as a plain KafkaError naming the broker
+    error: a timeout (a hung broker) is retried with a fresh producer, fencing stops the service."""
+    import kafka.errors as kerr
+
+    from stream.service.kafka_io import wrap_error
+
+    def classify(text):
+        return wrap_error(kerr.KafkaError(f"Could not execute transactional request for unknown reasons: {text}"),
+                          "commit").retriable
+
+    assert classify("[Error 7] RequestTimedOutError: Request timed out after 9999 ms")
+    assert classify("[Error 15] CoordinatorNotAvailableError")
+    assert not classify("[Error 90] ProducerFencedError")
+    assert not classify("something else")
+    assert not wrap_error(kerr.TopicAuthorizationFailedError("RequestTimedOutError"), "commit").retriable
