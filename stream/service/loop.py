@@ -65,7 +65,8 @@ from kafka import TopicPartition
 
 from controller.errors import StateError
 from stream.config import Settings
-from stream.ingest.events import EventDecoder, Rejections, parse_times
+from stream.ingest.events import Rejections, parse_times
+from stream.ingest.formats import input_decoder
 from stream.messages import parse_message
 from stream.pipeline import JOURNAL_VERSION, ReleasePipeline, SealedRelease
 from stream.service.http import Health, HttpServer, make_app
@@ -242,7 +243,8 @@ class Service:
         self.max_timesteps = max_timesteps
         self.stream_id = settings.stream.id
         self.fingerprint = settings.fingerprint()
-        self.decoder = EventDecoder.from_settings(settings)
+        # input.format chooses the decoder; a failing schema registry is a /readyz cause
+        self.decoder = input_decoder(settings, on_status=lambda ok, why: health.check("schema_registry", ok, why))
         self.journal: Journal | None = None
         self.reader: InputReader | None = None
         self.producer: Any = None
