@@ -135,3 +135,50 @@ class SchemaRegistry:
                 return (404, {"error_code": 40402, "message": "Version not found"})
             return 200, self._version(path[1], versions[v - 1])
         return (404, {"error_code": 404, "message": f"no route {method} /{'/'.join(path)}"})
+
+
+# ---------------------------------------------------------------------------
+# Protobuf message classes built at test time from descriptors (no protoc needed)
+
+
+def admission_proto(*, package: str = "hospital", drop: tuple[str, ...] = (), extra: bool = False,
+                    first: str | None = None) -> tuple[Any, Any]:
+    """``(FileDescriptorProto, Admission class)`` of a small admissions schema.
+
+    ``Admission {Patient patient = 1; google.protobuf.Timestamp event_time = 2; optional int32 age = 3;
+    Sex sex = 4;}`` with ``Patient {string id = 1;}`` and ``enum Sex {M = 0; F = 1; X = 2;}``; ``drop``
+    removes fields of Admission (a schema that evolved away from the mapping), ``extra`` adds
+    ``string ward = 5``, ``first`` puts another message first in the file (so Admission's message
+    index is not 0).
+    """
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{package}/admission.proto", package=package, syntax="proto3",
+                                             dependency=["google/protobuf/timestamp.proto"])
+    sex = fdp.enum_type.add(name="Sex")
+    for i, n in enumerate(["M", "F", "X"]):
+        sex.value.add(name=n, number=i)
+    if first:
+        fdp.message_type.add(name=first).field.add(name="note", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    fdp.message_type.add(name="Patient").field.add(name="id", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    m = fdp.message_type.add(name="Admission")
+    fields = [("patient", 1, F.TYPE_MESSAGE, f".{package}.Patient"),
+              ("event_time", 2, F.TYPE_MESSAGE, ".google.protobuf.Timestamp"),
+              ("age", 3, F.TYPE_INT32, None), ("sex", 4, F.TYPE_ENUM, f".{package}.Sex")]
+    if extra:
+        fields.append(("ward", 5, F.TYPE_STRING, None))
+    for name, number, typ, type_name in fields:
+        if name in drop:
+            continue
+        f = m.field.add(name=name, number=number, type=typ, label=F.LABEL_OPTIONAL)
+        if type_name:
+            f.type_name = type_name
+        if name == "age":  # proto3 `optional`: an unset age is missing, not 0
+            f.proto3_optional = True
+            f.oneof_index = len(m.oneof_decl)
+            m.oneof_decl.add(name="_age")
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(fdp)
+    return fdp, message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Admission"))
