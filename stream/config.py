@@ -1265,9 +1265,13 @@ def missing_files(settings: Settings) -> list[str]:
     import os
 
     lines = []
-    for dotted in FILE_SETTINGS:
-        section, name = dotted.split(".")
-        value = getattr(getattr(settings, section), name)
+    named = [(dotted, getattr(getattr(settings, dotted.split(".")[0]), dotted.split(".")[1]))
+             for dotted in FILE_SETTINGS]
+    reg = settings.input.schema_registry
+    if reg is not None:  # input.schema_registry.ssl_*: TLS to the schema registry
+        named += [(f"input.schema_registry.{n}", getattr(reg, n)) for n in ("ssl_cafile", "ssl_certfile", "ssl_keyfile")]
+    named += [(f"input.schemas.{sid}", path) for sid, path in settings.input.schemas.items()]
+    for dotted, value in named:
         if value is None:
             continue
         if not Path(value).is_file():

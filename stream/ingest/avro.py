@@ -178,7 +178,7 @@ def compile_avro(schema: WriterSchema, paths: tuple[FieldPath, ...]) -> RecordRe
         scale = _walk(root, fp, table, schema.id)
         if fp.kind == "time":
             time_scale = scale
-    parsed = parse_schema(_strip_logical(doc), _write_hint=False)
+    parsed = parse_schema(_strip_logical(doc))  # with fastavro's "parsed" hint: not re-parsed per record
     flat = all(len(fp.path) == 1 for fp in paths)
     if flat:
         pick: Callable[[Any], tuple[Any, ...]] = itemgetter(*(fp.path[0] for fp in paths))  # type: ignore[assignment]

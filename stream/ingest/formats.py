@@ -183,11 +183,13 @@ class WireDecoder:
                 raise ValueError(f"{p.role}: {p.dotted!r} is not a field path (names separated by single dots)")
         self.paths = tuple(paths)
         self._compile = _compiler(fmt)
-        self._readers: dict[int, RecordReader | RecordError] = {}
+        self._readers: dict[bytes, RecordReader | RecordError] = {}  # by header (magic byte + id)
         self._names = tuple(domain.names)
 
     # -- schemas ---------------------------------------------------------------------
-    def _reader(self, schema_id: int) -> RecordReader | RecordError:
+    def _reader(self, head: bytes) -> RecordReader | RecordError:
+        """The reader of the schema id in ``head`` (a record's first 5 bytes), compiled once per id."""
+        schema_id = int.from_bytes(head[1:5], "big")
         try:
             schema = self.store.schema(schema_id)
         except SchemaLookupError as exc:
@@ -209,7 +211,7 @@ class WireDecoder:
                        "dead-letter topic as %s: %s", schema_id, found.reason, found.detail)
         if len(self._readers) >= self.max_readers:
             self._readers.pop(next(iter(self._readers)))
-        self._readers[schema_id] = found
+        self._readers[head] = found
         return found
 
     # -- decoding --------------------------------------------------------------------
@@ -235,17 +237,16 @@ class WireDecoder:
             if n > max_bytes:
                 reject("oversized", f"message of {n} bytes exceeds {max_bytes}", m)
                 continue
-            if n < 5 or payload[0] != MAGIC:
-                if not payload.strip():
-                    reject("empty_value", "the record's value is empty: it holds no event", m)
-                else:
-                    reject("not_wire_format", f"not in the Schema Registry wire format (magic byte 0 and a 4-byte "
-                           f"schema id; input.format is {self.format})", m)
-                continue
-            sid = int.from_bytes(payload[1:5], "big")
-            reader = readers.get(sid)
+            reader = readers.get(payload[:5])  # keyed by the header: magic byte and schema id
             if reader is None:
-                reader = self._reader(sid)
+                if n < 5 or payload[0] != MAGIC:
+                    if not payload.strip():
+                        reject("empty_value", "the record's value is empty: it holds no event", m)
+                    else:
+                        reject("not_wire_format", f"not in the Schema Registry wire format (magic byte 0 and a "
+                               f"4-byte schema id; input.format is {self.format})", m)
+                    continue
+                reader = self._reader(payload[:5])
             if type(reader) is RecordError:
                 reject(reader.reason, reader.detail, m)
                 continue
@@ -255,7 +256,7 @@ class WireDecoder:
                 reject(exc.reason, exc.detail, m)
                 continue
             except Exception as exc:  # noqa: BLE001 - whatever the library raises on bad bytes
-                reject("undecodable", f"the body does not decode with schema id {sid} "
+                reject("undecodable", f"the body does not decode with schema id {int.from_bytes(payload[1:5], 'big')} "
                        f"({type(exc).__name__})", m)
                 continue
             rows.append(row)

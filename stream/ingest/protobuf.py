@@ -197,12 +197,18 @@ def compile_protobuf(schema: WriterSchema, paths: tuple[FieldPath, ...]) -> Reco
         compiled[idx] = fn
         return fn
 
+    first = (0,)
+
     def read(payload: bytes) -> tuple[Any, ...]:
-        try:
-            idx, start = message_indexes(payload)
-        except ValueError as exc:
-            raise RecordError("undecodable", f"bad Protobuf message indexes: {exc}") from None
-        fn = compiled.get(idx) or message(idx)
+        if payload[5] == 0:  # the usual case: the file's first message, indexes one byte
+            fn = compiled.get(first) or message(first)
+            start = 6
+        else:
+            try:
+                idx, start = message_indexes(payload)
+            except ValueError as exc:
+                raise RecordError("undecodable", f"bad Protobuf message indexes: {exc}") from None
+            fn = compiled.get(idx) or message(idx)
         if type(fn) is RecordError:
             raise fn
         return fn(payload[start:])

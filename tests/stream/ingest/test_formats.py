@@ -367,6 +367,10 @@ def test_local_schema_files_for_each_format(tmp_path: Path):
     valid, rej = validate_batch(d.batch, small_settings().ingest_domain())
     assert valid.time.tolist() == [T + 7] and not len(rej)
 
+    from stream.config import missing_files
+
+    assert missing_files(settings_for("avro", schemas={42: str(avsc), 7: str(tmp_path / "missing.avsc")})) == [
+        f"input.schemas.7: no such file {str(tmp_path / 'missing.avsc')!r}; mount or copy it there, or correct the path"]
     with pytest.raises(SchemaFileError, match="input.schemas.7"):
         input_decoder(settings_for("avro", schemas={7: str(tmp_path / "missing.avsc")}))
     with pytest.raises(SchemaFileError, match="FileDescriptorSet"):
