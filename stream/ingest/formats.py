@@ -109,12 +109,25 @@ class RecordReader:
 
 
 def _compiler(fmt: str) -> Callable[[WriterSchema, tuple[FieldPath, ...]], RecordReader]:
-    if fmt == "avro":
-        from stream.ingest.avro import compile_avro
-        return compile_avro
-    if fmt == "protobuf":
-        from stream.ingest.protobuf import compile_protobuf
-        return compile_protobuf
+    """The format's schema compiler; its library must load now (at start-up), not at the first record.
+
+    Raises:
+        ImportError: the library is not installed (the message says which extra to install).
+    """
+    try:
+        if fmt == "avro":
+            import fastavro  # noqa: F401
+
+            from stream.ingest.avro import compile_avro
+            return compile_avro
+        if fmt == "protobuf":
+            import google.protobuf.descriptor_pool  # noqa: F401
+
+            from stream.ingest.protobuf import compile_protobuf
+            return compile_protobuf
+    except ImportError as exc:
+        raise ImportError(f"input.format {fmt} needs the {exc.name} library, which does not load: "
+                          f"pip install 'dpstream[{fmt}]'") from exc
     from stream.ingest.json_schema import compile_json_schema
     return compile_json_schema
 

@@ -411,3 +411,41 @@ def test_wire_reasons_are_reason_codes():
     from stream.ingest.events import DEAD_LETTER_REASONS
 
     assert set(WIRE_REASONS) <= set(DEAD_LETTER_REASONS)
+
+
+def test_the_readme_input_format_examples_are_valid_configuration(monkeypatch):
+    import re
+
+    import yaml
+
+    from tests.kafka_harness import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    guide = text[text.index("### Input formats"):text.index("## More than one core")]
+    blocks = re.findall(r"\*\*(Avro|Protobuf|JSON Schema)\*\*.*?```yaml\n(.*?)```", guide, flags=re.S)
+    assert [name for name, _ in blocks] == ["Avro", "Protobuf", "JSON Schema"]
+    for name, block in blocks:
+        doc = yaml.safe_load(block)
+        if "basic_auth_username" in block:  # the password from the environment, as the comment says
+            monkeypatch.setenv("DPSTREAM_INPUT__SCHEMA_REGISTRY__BASIC_AUTH_PASSWORD", "from-the-environment")
+        else:
+            monkeypatch.delenv("DPSTREAM_INPUT__SCHEMA_REGISTRY__BASIC_AUTH_PASSWORD", raising=False)
+        s = small_settings(**doc)
+        assert s.input.format == {"Avro": "avro", "Protobuf": "protobuf", "JSON Schema": "jsonschema"}[name]
+        if s.input.schema_registry is not None:  # nothing to read at construction: the decoder builds
+            if s.input.schema_registry.basic_auth_username:  # the secret came from the environment, as documented
+                assert s.input.schema_registry.basic_auth_password.get_secret_value() == "from-the-environment"
+            if s.input.schema_registry.ssl_cafile:  # a file of the deployment: checked by `run` (exit 2)
+                from stream.config import missing_files
+
+                assert [line.split(":")[0] for line in missing_files(s)] == ["input.schema_registry.ssl_cafile"]
+            else:
+                assert input_decoder(s).format == s.input.format
+
+
+def test_a_missing_library_is_named_at_start_up(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "fastavro", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"input.format avro needs the fastavro library.*dpstream\[avro\]"):
+        input_decoder(settings_for("avro", schema_registry={"url": "http://127.0.0.1:9"}))
