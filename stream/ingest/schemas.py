@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import ssl
 import threading
 import time
@@ -42,6 +43,8 @@ __all__ = [
     "RegistryClient",
     "load_schema_file",
 ]
+
+_log = logging.getLogger(__name__)
 
 #: The kinds a registry reports (``schemaType``; absent means AVRO).
 KINDS = ("AVRO", "PROTOBUF", "JSON")
@@ -278,8 +281,10 @@ class SchemaStore:
                 self._down_until = self.clock() + self.retry_backoff
                 was, self._down_reason = self._down_reason, found.detail
             if not was:
-                self.on_status(False, f"schema registry failing: {found.detail}; records whose schema id is not "
-                               "cached go to the dead-letter topic as schema_unavailable (replayable)")
+                why = (f"schema registry failing: {found.detail}; records whose schema id is not cached go to the "
+                       "dead-letter topic as schema_unavailable (replayable)")
+                _log.error("%s; asking again every %g s", why, self.retry_backoff)
+                self.on_status(False, why)
             raise found
         with self._lock:
             was, self._down_reason = self._down_reason, ""
@@ -289,6 +294,7 @@ class SchemaStore:
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
         if was:
+            _log.warning("schema registry answering again (it was failing: %s)", was)
             self.on_status(True, "")
         if isinstance(found, SchemaLookupError):
             raise found

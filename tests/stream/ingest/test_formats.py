@@ -274,7 +274,7 @@ class _Clock:
         return self.t
 
 
-def test_registry_outage_dead_letters_uncached_ids_and_reports_status(registry, client):
+def test_registry_outage_dead_letters_uncached_ids_and_reports_status(registry, client, caplog):
     good = _avro_record(registry, client)
     other = AvroSerializer(client, avro_schema(extra=True))({"ward": "C", "patient": {"id": "b"},
                                                             "event_time": when(6), "age": 31, "sex": "F"},
@@ -289,7 +289,10 @@ def test_registry_outage_dead_letters_uncached_ids_and_reports_status(registry, 
     assert len(dec.decode([good]).batch) == 1  # cached from now on
     registry.down = True
     asked = store.lookups
-    d = dec.decode([good, other, other, good])
+    with caplog.at_level(logging.WARNING, logger="stream.ingest.schemas"):
+        d = dec.decode([good, other, other, good])
+    assert [r.levelname for r in caplog.records] == ["ERROR"]  # one line per outage, not per record
+    assert "schema registry failing" in caplog.records[0].getMessage()
     assert d.batch.user_id.to_pylist() == ["a", "a"]  # the cached schema keeps decoding
     assert [r.reason for r in d.rejections] == ["schema_unavailable", "schema_unavailable"]
     assert store.lookups == asked + 1  # one request per backoff, not one per record
