@@ -45,7 +45,7 @@ class SchemaRegistry:
 
             def _handle(self, method: str) -> None:
                 parts = urlsplit(self.path)
-                registry.requests.append(f"{method} {parts.path}")
+                registry.requests.append(f"{method} {parts.path}" + (f"?{parts.query}" if parts.query else ""))
                 if registry.down:
                     return self._send(503, {"error_code": 50300, "message": "unavailable"})
                 if registry.auth is not None:

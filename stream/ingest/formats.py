@@ -360,7 +360,8 @@ def _store(settings: Any, on_status: Callable[[bool, str], None] | None) -> Sche
     inp = settings.input
     files = {sid: load_schema_file(sid, path, inp.format) for sid, path in inp.schemas.items()}
     reg = inp.schema_registry
-    return SchemaStore(files, None if reg is None else RegistryClient.from_section(reg),
+    client = None if reg is None else RegistryClient.from_section(reg, protobuf=inp.format == "protobuf")
+    return SchemaStore(files, client,
                        cache_size=1000 if reg is None else reg.cache_size,
                        retry_backoff=10.0 if reg is None else reg.retry_backoff.total_seconds(),
                        on_status=on_status)

@@ -149,8 +149,9 @@ class RegistryClient:
 
     def __init__(self, url: str, *, username: str | None = None, password: str | None = None,
                  cafile: str | None = None, certfile: str | None = None, keyfile: str | None = None,
-                 timeout: float = 5.0) -> None:
+                 timeout: float = 5.0, protobuf: bool = False) -> None:
         self.url = url.rstrip("/")
+        self.protobuf = protobuf
         self.timeout = float(timeout)
         self._headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
         if username is not None:
@@ -163,12 +164,12 @@ class RegistryClient:
                 self._context.load_cert_chain(certfile, keyfile)
 
     @classmethod
-    def from_section(cls, section: Any) -> RegistryClient:
+    def from_section(cls, section: Any, *, protobuf: bool = False) -> RegistryClient:
         pw = section.basic_auth_password
         return cls(section.url, username=section.basic_auth_username,
                    password=None if pw is None else pw.get_secret_value(), cafile=section.ssl_cafile,
                    certfile=section.ssl_certfile, keyfile=section.ssl_keyfile,
-                   timeout=section.timeout.total_seconds())
+                   timeout=section.timeout.total_seconds(), protobuf=protobuf)
 
     def _get(self, path: str, what: str) -> Any:
         req = urllib.request.Request(f"{self.url}/{path}", headers=self._headers)  # noqa: S310 - http(s) only
@@ -187,7 +188,10 @@ class RegistryClient:
                                     f"reached for {what} ({type(why).__name__})") from None
 
     def schema(self, schema_id: int) -> WriterSchema:
-        doc = self._get(f"schemas/ids/{schema_id}?format=serialized", f"schema id {schema_id}")
+        # Protobuf schemas as serialized descriptors (a registry stores .proto text; parsing that
+        # would need protoc); Avro and JSON Schema as they are (no format parameter for them)
+        query = "?format=serialized" if self.protobuf else ""
+        doc = self._get(f"schemas/ids/{schema_id}{query}", f"schema id {schema_id}")
         kind = doc.get("schemaType") or "AVRO"
         if kind not in KINDS:
             raise SchemaLookupError("unknown_schema", f"schema id {schema_id} is of type {kind!r}")

@@ -133,6 +133,8 @@ def test_protobuf_from_confluent_serializer_reads_like_json(registry, client):
     assert message_indexes(payloads[0]) == ((2,), 7)
     decoded = input_decoder(settings_for("protobuf", registry)).decode(payloads, [(0, i) for i in range(len(CASES))])
     _same_as_json(decoded, settings_for("protobuf", registry))
+    sid = int.from_bytes(payloads[0][1:5], "big")
+    assert f"GET /schemas/ids/{sid}?format=serialized" in registry.requests  # a descriptor, not .proto text
 
 
 JSON_SCHEMA = {"type": "object", "properties": {
