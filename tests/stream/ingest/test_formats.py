@@ -454,3 +454,38 @@ def test_a_missing_library_is_named_at_start_up(monkeypatch):
     monkeypatch.setitem(sys.modules, "fastavro", None)  # as if not installed
     with pytest.raises(ImportError, match=r"input.format avro needs the fastavro library.*dpstream\[avro\]"):
         input_decoder(settings_for("avro", schema_registry={"url": "http://127.0.0.1:9"}))
+
+
+def test_a_proto_file_is_compiled_with_protoc(tmp_path: Path):
+    """``input.schemas`` may name a ``.proto`` when protoc is on the PATH (else a clear refusal)."""
+    import shutil
+
+    if shutil.which("protoc") is None:
+        pytest.skip("protoc not installed (Debian: apt-get install protobuf-compiler); the .desc path is tested above")
+    proto = tmp_path / "admission.proto"
+    proto.write_text('''syntax = "proto3";
+package clinic;
+import "google/protobuf/timestamp.proto";
+message Admission {
+  message Patient { string id = 1; }
+  Patient patient = 1;
+  google.protobuf.Timestamp event_time = 2;
+  optional int32 age = 3;
+  enum Sex { M = 0; F = 1; }
+  Sex sex = 4;
+}
+''')
+    dec = input_decoder(settings_for("protobuf", schemas={11: str(proto)}))
+    _, adm = admission_proto(package="clinic")  # the same wire layout, fields 1-4
+    m = adm()
+    m.patient.id = "p"
+    m.event_time.seconds = T + 9
+    m.age = 64
+    m.sex = 1
+    d = dec.decode([frame(11, m.SerializeToString(), encode_indexes((0,)))])
+    assert d.batch.user_id.to_pylist() == ["p"] and d.batch.attributes["sex"].to_pylist() == ["F"]
+    assert d.batch.attributes["age"].tolist() == [64.0]
+    bad = tmp_path / "bad.proto"
+    bad.write_text("message {")
+    with pytest.raises(SchemaFileError, match="protoc refused"):
+        input_decoder(settings_for("protobuf", schemas={12: str(bad)}))
