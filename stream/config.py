@@ -783,6 +783,19 @@ class Settings(BaseSettings):
         return tuple(sources)
 
     @model_validator(mode="after")
+    def _input_fields(self) -> Settings:
+        """``input.fields`` may only name attributes (or the consent attribute of ``privacy.personal``)."""
+        known = {a.name for a in self.schema_.attributes}
+        personal = self.privacy.personal
+        if personal is not None and personal.attribute is not None:
+            known.add(personal.attribute)
+        unknown = sorted(set(self.input.fields) - known)
+        if unknown:
+            raise ValueError(f"input.fields names {unknown}, which are not attributes of schema.attributes "
+                             f"({sorted(known)}): map attribute names to field paths")
+        return self
+
+    @model_validator(mode="after")
     def _inclusion_rules(self) -> Settings:
         """Refuse combinations ``docs/privacy.md`` §1.1's proof does not cover, saying what to set."""
         k, st = self.kafka, self.stream

@@ -406,6 +406,8 @@ def test_configuration_errors():
         small_settings(input={"schemas": {1: "a.avsc"}})
     with pytest.raises(ConfigError, match="basic_auth_username and basic_auth_password"):
         small_settings(input={"format": "avro", "schema_registry": {"url": "http://r", "basic_auth_username": "u"}})
+    with pytest.raises(ConfigError, match=r"input.fields names \['colour'\]"):
+        small_settings(input={"format": "avro", "schemas": {1: "a.avsc"}, "fields": {"colour": "c"}})
     s = small_settings(input={"format": "avro", "schema_registry": {
         "url": "https://r", "basic_auth_username": "u", "basic_auth_password": "pw-123"}})
     assert "pw-123" not in s.model_dump_json() and "pw-123" not in repr(s)
