@@ -154,3 +154,24 @@ def test_service_reads_registry_formats_with_evolution_poison_and_outage(broker,
         assert by_reason["schema_unavailable"].value == unseen  # the whole record, to replay
         assert by_reason["undecodable"].value == poison["undecodable"]
         assert b"'sex'" in dict(by_reason["schema_mismatch"].headers)["dpstream.detail"]
+
+
+def test_a_scale_out_worker_chooses_the_same_decoder(tmp_path) -> None:
+    """service.role worker decodes its partitions with the decoder input.format names, and a failing
+    registry is a cause of its /readyz too."""
+    import threading
+
+    from stream.ingest.formats import WireDecoder
+    from stream.service.http import Health
+    from stream.service.metrics import Metrics
+    from stream.service.worker import Worker
+
+    cfg = service_config("127.0.0.1:9", tmp_path, kafka={"topic_partitions": 1}, schema={"user_id": "patient.id"},
+                         service={"role": "worker"},
+                         input={"format": "avro", "schema_registry": {"url": "http://127.0.0.1:9", "timeout": "1s"}})
+    health = Health()
+    w = Worker(settings_from(cfg), metrics=Metrics(), health=health, stop=threading.Event())
+    assert isinstance(w.decoder, WireDecoder) and w.decoder.format == "avro"
+    (r,) = w.decoder.decode([frame(3, b"\x02a")], [(0, 0)]).rejections
+    assert r.reason == "schema_unavailable"
+    assert "schema registry failing" in health.checks()["schema_registry"]
