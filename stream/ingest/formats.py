@@ -236,7 +236,7 @@ class WireDecoder:
         rejected: list[Rejection] = []
         rows: list[tuple[Any, ...]] = []
         msgs: list[int] = []
-        scales: list[float] = []
+        scaled: list[tuple[int, float]] = []  # (row, seconds per unit) of rows whose time is not in seconds
         readers, max_bytes = self._readers, self.max_message_bytes
 
         def reject(reason: str, detail: str, m: int) -> None:
@@ -274,7 +274,11 @@ class WireDecoder:
                 continue
             rows.append(row)
             msgs.append(m)
-            scales.append(reader.time_scale)  # type: ignore[union-attr]
+            if reader.time_scale != 1.0:  # type: ignore[union-attr]  # (rare: a unit such as milliseconds)
+                scaled.append((len(rows) - 1, reader.time_scale))  # type: ignore[union-attr]
+        scales = [1.0] * len(rows)
+        for i, sc in scaled:
+            scales[i] = sc
         row_numbers = np.arange(first_row, first_row + len(rows), dtype=np.int64)
         messages = np.asarray(msgs, dtype=np.int64)
         columns, bad, details = self._columns(rows, scales)

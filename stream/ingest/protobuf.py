@@ -152,7 +152,9 @@ def _repeated(field: Any) -> bool:
         return field.label == field.LABEL_REPEATED
 
 
-def _compile_message(desc: Any, paths: tuple[FieldPath, ...]) -> Callable[[bytes], tuple[Any, ...]]:
+def _compile_message(desc: Any, paths: tuple[FieldPath, ...]) -> tuple[Callable[[bytes], Any],
+                                                                         Callable[[Any], tuple[Any, ...]]]:
+    """``(parse, pick)``: bytes → message (upb), message → the mapped values."""
     from google.protobuf import message_factory
 
     cls = message_factory.GetMessageClass(desc)
@@ -169,9 +171,7 @@ def _compile_message(desc: Any, paths: tuple[FieldPath, ...]) -> Callable[[bytes
         def pick(m: Any) -> tuple[Any, ...]:  # type: ignore[misc]
             return tuple([f(m) for f in fns])
 
-    def parse_pick(body: bytes) -> tuple[Any, ...]:
-        return pick(parse(body))  # type: ignore[operator]
-    return parse_pick
+    return parse, pick
 
 
 def compile_protobuf(schema: WriterSchema, paths: tuple[FieldPath, ...]) -> RecordReader:
@@ -211,6 +211,7 @@ def compile_protobuf(schema: WriterSchema, paths: tuple[FieldPath, ...]) -> Reco
             fn = compiled.get(idx) or message(idx)
         if type(fn) is RecordError:
             raise fn
-        return fn(payload[start:])
+        parse, pick = fn
+        return pick(parse(payload[start:]))
 
     return RecordReader(read, 1.0)
