@@ -48,6 +48,7 @@ from stream.ingest.events import (
 )
 from stream.ingest.schemas import (
     RegistryClient,
+    SchemaFileError,
     SchemaLookupError,
     SchemaStore,
     WriterSchema,
@@ -56,7 +57,7 @@ from stream.ingest.schemas import (
 from stream.ingest.wire import MAGIC
 
 __all__ = ["FORMATS", "FieldPath", "RecordReader", "RecordError", "SchemaMismatchError", "WireDecoder",
-           "input_decoder"]
+           "input_decoder", "input_problems"]
 
 _log = logging.getLogger(__name__)
 
@@ -385,3 +386,19 @@ def input_decoder(settings: Any, *, on_status: Callable[[bool, str], None] | Non
                        user_id=settings.schema_.user_id, event_time=settings.schema_.event_time,
                        fields=inp.fields, max_message_bytes=settings.service.max_message_bytes,
                        max_readers=inp.schema_registry.cache_size if inp.schema_registry else 1000)
+
+
+def input_problems(settings: Any) -> list[str]:
+    """What would stop the input decoder at start-up, one line each: an ``input.schemas`` file that
+    is not a schema of the format, a decoder library that does not load. Reads the files; never
+    contacts the registry (``dpstream check-config`` and ``run`` refuse with exit 2 on these)."""
+    inp = getattr(settings, "input", None)
+    if inp is None or inp.format == "json":
+        return []
+    try:
+        input_decoder(settings)
+    except SchemaFileError as exc:
+        return [str(exc)]
+    except ImportError as exc:
+        return [f"input.format: {exc}"]
+    return []

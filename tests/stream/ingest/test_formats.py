@@ -491,3 +491,29 @@ message Admission {
     bad.write_text("message {")
     with pytest.raises(SchemaFileError, match="protoc refused"):
         input_decoder(settings_for("protobuf", schemas={12: str(bad)}))
+
+
+def test_check_config_refuses_a_schema_file_that_is_not_one(tmp_path: Path, capsys):
+    """``dpstream check-config`` (and ``run``) exit 2 naming the input.schemas entry, before any Kafka."""
+    import yaml
+
+    from stream.commands.check_config import check
+    from tests.kafka_harness import service_config
+
+    cfg = service_config("127.0.0.1:9", tmp_path, schema={"user_id": "patient.id"},
+                         input={"format": "protobuf", "schemas": {7: str(tmp_path / "x.desc")}})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    (tmp_path / "x.desc").write_bytes(b"\xff\xff not a descriptor set")
+    with pytest.raises(ConfigError, match=r"input.schemas.7: .*x.desc' is not a FileDescriptorSet"):
+        check(str(path))
+    assert check(str(path), check_files=False) == 0  # checked on another machine: files not read
+    fds_path = tmp_path / "x.desc"
+    from google.protobuf import descriptor_pb2, timestamp_pb2
+
+    fdp, _ = admission_proto()
+    fds = descriptor_pb2.FileDescriptorSet()
+    fds.file.add().ParseFromString(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    fds.file.append(fdp)
+    fds_path.write_bytes(fds.SerializeToString())
+    assert check(str(path)) == 0
