@@ -517,3 +517,38 @@ def test_check_config_refuses_a_schema_file_that_is_not_one(tmp_path: Path, caps
     fds.file.append(fdp)
     fds_path.write_bytes(fds.SerializeToString())
     assert check(str(path)) == 0
+
+
+def test_protobuf_schema_with_a_reference_to_another_file(registry, client):
+    """A .proto importing another user file: the serializer registers the import as a reference
+    (subject = its file name), dpstream fetches it by subject and version and loads both."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+
+    F = descriptor_pb2.FieldDescriptorProto
+    common = descriptor_pb2.FileDescriptorProto(name="ward/common.proto", package="ward", syntax="proto3")
+    common.message_type.add(name="Person").field.add(name="id", number=1, type=F.TYPE_STRING,
+                                                     label=F.LABEL_OPTIONAL)
+    main = descriptor_pb2.FileDescriptorProto(name="ward/visit.proto", package="ward", syntax="proto3",
+                                              dependency=["ward/common.proto", "google/protobuf/timestamp.proto"])
+    visit = main.message_type.add(name="Visit")
+    visit.field.add(name="patient", number=1, type=F.TYPE_MESSAGE, type_name=".ward.Person", label=F.LABEL_OPTIONAL)
+    visit.field.add(name="event_time", number=2, type=F.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp",
+                    label=F.LABEL_OPTIONAL)
+    visit.field.add(name="age", number=3, type=F.TYPE_DOUBLE, label=F.LABEL_OPTIONAL)
+    visit.field.add(name="sex", number=4, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(common)
+    pool.Add(main)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("ward.Visit"))
+    m = cls()
+    m.patient.id = "v1"
+    m.event_time.seconds = T + 3
+    m.age, m.sex = 44.5, "F"
+    payload = ProtobufSerializer(cls, client, {"use.deprecated.format": False})(m, ctx("visits"))
+    sid = int.from_bytes(payload[1:5], "big")
+    assert registry.schemas[sid]["references"], "the serializer registered the import as a reference"
+    d = input_decoder(settings_for("protobuf", registry)).decode([payload])
+    assert d.batch.user_id.to_pylist() == ["v1"] and d.batch.attributes["age"].tolist() == [44.5]
+    assert any(r.startswith("GET /subjects/ward%2Fcommon.proto/versions/") or
+               r.startswith("GET /subjects/ward/common.proto/versions/") for r in registry.requests)
