@@ -318,7 +318,16 @@ class WireDecoder:
             arr = None
             if not (path.kind == "time" and not uniform and any(type(v) is str for v in col)):
                 try:
-                    arr = pa.array(col, type=usual)
+                    if usual == pa.float64():
+                        # inferred first: a typed conversion would read booleans as 1.0/0.0, which the JSON
+                        # grammar refuses (wrong_type); numbers infer as int64 or double, nothing else passes
+                        arr = pa.array(col)
+                        if not (pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type)
+                                or pa.types.is_null(arr.type)):
+                            raise TypeError(arr.type)
+                        arr = arr.cast(pa.float64())
+                    else:
+                        arr = pa.array(col, type=usual)
                 except (pa.ArrowException, OverflowError, TypeError, ValueError):
                     arr = None
             if arr is not None:

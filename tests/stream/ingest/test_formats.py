@@ -265,6 +265,14 @@ def test_protobuf_and_json_schema_poison(registry, client):
         [(0, i) for i in range(5)])
     assert jd.batch.user_id.to_pylist() == ["a"]
     assert [r.reason for r in jd.rejections] == ["undecodable", "not_an_object", "wrong_type", "wrong_type"]
+    # booleans are no numbers (as in JSON input), in a batch of numbers too
+    flags = [frame(sid, json.dumps({"patient": {"id": u}, "event_time": t, "age": a, "sex": "M"}).encode())
+             for u, t, a in (("n", T + 1, 4), ("b1", T + 1, True), ("b2", False, 5))]
+    fd = input_decoder(settings_for("jsonschema", registry)).decode(flags, [(0, i) for i in range(3)])
+    assert fd.batch.user_id.to_pylist() == ["n"] and fd.batch.attributes["age"].tolist() == [4.0]
+    assert [(r.reason, r.detail) for r in fd.rejections] == [
+        ("wrong_type", "attribute 'age' (age) has the wrong type"),
+        ("wrong_type", "schema.event_time (event_time) has the wrong type")]
     assert "schema.user_id (patient.id) has the wrong type" in [r.detail for r in jd.rejections]
 
 
