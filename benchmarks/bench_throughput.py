@@ -1,7 +1,7 @@
 """Throughput on one core, against the bare kafka-python consumer on the same topic; prints JSON.
 
     python benchmarks/bench_throughput.py [--events 1000000] [--people 50000] [--grid 100]
-        [--timesteps 20] [--shapes batch_500,single_event] [--repeats 3] [--cpu 1]
+        [--timesteps 20] [--shapes batch_500,single_event,avro_single,protobuf_single] [--repeats 3] [--cpu 1]
 
 In one run, against one embedded broker, and for each message shape (500-event JSON arrays,
 one event per message), on the same input topic:
@@ -22,6 +22,12 @@ from runs seconds apart. The events: ``--people`` people, a ``--grid``² grid of
 default), ``--timesteps`` timesteps of 60 s; record timestamps are stamped like the broker's
 LogAppendTime (``kafka.record_time: trusted-create-time``), and a last record stamped past
 the final deadline completes the last timestep (as a live topic's next records do).
+
+Shapes ``avro_single`` and ``protobuf_single`` (issue 32) write the same events one per record in
+the Schema Registry wire format (schema id 1, read from a local schema file: ``input.schemas``)
+and add ``bare_avro`` / ``bare_protobuf``: the bare consumer deserializing every record with the
+same library the service uses (fastavro's ``schemaless_reader`` with the writer schema; protobuf's
+upb ``FromString``). Goal: service ≥ 0.5 of that bare deserializing consumer.
 
 Goals (issue 12): service ≥ 0.5 of ``bare_bytes`` and ≥ 300k events/s with batched messages;
 ≥ 0.5 of ``bare_bytes`` with one event per message; peak RSS bounded by open timesteps.
@@ -77,8 +83,73 @@ def settings_dict(bootstrap: str, topic: str, state: str, grid: int, timesteps: 
     }
 
 
+AVRO_SCHEMA = {"type": "record", "name": "Event", "namespace": "bench", "fields": [
+    {"name": "user_id", "type": "string"}, {"name": "event_time", "type": "double"},
+    {"name": "x", "type": "int"}, {"name": "y", "type": "int"}]}
+
+
+def proto_file() -> Any:
+    """``message Event {string user_id = 1; double event_time = 2; int32 x = 3; int32 y = 4;}``."""
+    from google.protobuf import descriptor_pb2
+
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="bench/event.proto", package="bench", syntax="proto3")
+    m = fdp.message_type.add(name="Event")
+    for name, number, typ in (("user_id", 1, F.TYPE_STRING), ("event_time", 2, F.TYPE_DOUBLE),
+                              ("x", 3, F.TYPE_INT32), ("y", 4, F.TYPE_INT32)):
+        m.field.add(name=name, number=number, type=typ, label=F.LABEL_OPTIONAL)
+    return fdp
+
+
+def proto_class() -> Any:
+    from google.protobuf import descriptor_pool, message_factory
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto_file())
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("bench.Event"))
+
+
+def write_schema(fmt: str, tmp: str) -> str:
+    """The writer schema as the local file ``input.schemas`` points at (id 1)."""
+    if fmt == "avro":
+        path = Path(tmp) / "event.avsc"
+        path.write_text(json.dumps(AVRO_SCHEMA))
+    else:
+        from google.protobuf import descriptor_pb2
+
+        path = Path(tmp) / "event.desc"
+        fds = descriptor_pb2.FileDescriptorSet()
+        fds.file.append(proto_file())
+        path.write_bytes(fds.SerializeToString())
+    return str(path)
+
+
+def encoder(fmt: str) -> Any:
+    """``(user, time, x, y) -> record value`` in ``fmt`` (json: the one-event JSON object)."""
+    if fmt == "avro":
+        import io
+
+        from fastavro import parse_schema, schemaless_writer
+
+        parsed = parse_schema(AVRO_SCHEMA)
+
+        def avro(u: str, t: float, x: int, y: int) -> bytes:
+            buf = io.BytesIO()
+            buf.write(b"\x00\x00\x00\x00\x01")
+            schemaless_writer(buf, parsed, {"user_id": u, "event_time": t, "x": x, "y": y})
+            return buf.getvalue()
+        return avro
+    if fmt == "protobuf":
+        cls = proto_class()
+
+        def proto(u: str, t: float, x: int, y: int) -> bytes:
+            return b"\x00\x00\x00\x00\x01\x00" + cls(user_id=u, event_time=t, x=x, y=y).SerializeToString()
+        return proto
+    return lambda u, t, x, y: json.dumps({"user_id": u, "event_time": t, "attributes": {"x": x, "y": y}}).encode()
+
+
 def produce(bootstrap: str, topic: str, *, events: int, people: int, grid: int, timesteps: int,
-            per_message: int, partitions: int = 1) -> int:
+            per_message: int, partitions: int = 1, fmt: str = "json") -> int:
     """Write the input topic; returns the number of records. Events are in time order, each
     record stamped with its timestep's start (monotone, like LogAppendTime)."""
     from kafka import KafkaProducer
@@ -87,6 +158,7 @@ def produce(bootstrap: str, topic: str, *, events: int, people: int, grid: int, 
                       max_request_size=16 << 20)
     per_step = events // timesteps
     records = 0
+    encode = encoder(fmt)
     buf: list[str] = []
     stamp = T0 * 1000
     for i in range(events):
@@ -96,6 +168,12 @@ def produce(bootstrap: str, topic: str, *, events: int, people: int, grid: int, 
         buf.append(f'{{"user_id":"u{u}","event_time":{t:.3f},"attributes":'
                    f'{{"x":{(u * 31 + ts) % grid},"y":{(u * 17 + 3 * ts) % grid}}}}}')
         stamp = (T0 + STEP * ts) * 1000
+        if fmt != "json":  # one record per event, in the Schema Registry wire format
+            p.send(topic, encode(f"u{u}", round(t, 3), (u * 31 + ts) % grid, (u * 17 + 3 * ts) % grid),
+                   timestamp_ms=stamp, partition=records % partitions)
+            records += 1
+            buf = []
+            continue
         if len(buf) == per_message:
             p.send(topic, (buf[0] if per_message == 1 else "[" + ",".join(buf) + "]").encode(), timestamp_ms=stamp,
                    partition=records % partitions)
@@ -107,8 +185,7 @@ def produce(bootstrap: str, topic: str, *, events: int, people: int, grid: int, 
     # the next timestep's first record on every partition: its record time completes the last timestep
     end = T0 + STEP * timesteps
     for part in range(partitions):
-        p.send(topic, json.dumps({"user_id": "next", "event_time": end + 1, "attributes": {"x": 0, "y": 0}}).encode(),
-               timestamp_ms=(end + 1) * 1000, partition=part)
+        p.send(topic, encode("next", float(end + 1), 0, 0), timestamp_ms=(end + 1) * 1000, partition=part)
         records += 1
     p.flush()
     p.close()
@@ -117,7 +194,7 @@ def produce(bootstrap: str, topic: str, *, events: int, people: int, grid: int, 
 
 # -- the measured runs (each in its own pinned subprocess) ------------------------------------
 
-def run_bare(bootstrap: str, topic: str, records: int, decoder: str | None) -> dict[str, Any]:
+def run_bare(bootstrap: str, topic: str, records: int, decoder: str | None, schema: str | None = None) -> dict[str, Any]:
     from kafka import KafkaConsumer, TopicPartition
 
     c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed",
@@ -130,6 +207,22 @@ def run_bare(bootstrap: str, topic: str, records: int, decoder: str | None) -> d
         import msgspec
 
         decode = msgspec.json.Decoder().decode
+    elif decoder == "avro":  # the same library and call the service uses, with the writer schema
+        import io
+
+        from fastavro import parse_schema, schemaless_reader
+
+        parsed = parse_schema(json.loads(Path(schema).read_text()))  # type: ignore[arg-type]
+
+        def decode(v: bytes) -> Any:
+            buf = io.BytesIO(v)
+            buf.seek(5)
+            return schemaless_reader(buf, parsed, None)
+    elif decoder == "protobuf":  # upb; the message indexes are the single byte 0 here
+        parse = proto_class().FromString
+
+        def decode(v: bytes) -> Any:
+            return parse(v[6:])
     else:
         decode = json.loads
     got = nbytes = events = 0
@@ -328,7 +421,8 @@ def child(args: argparse.Namespace) -> int:
         out = run_service(spec["config"], spec["timesteps"])
     else:
         out = run_bare(spec["bootstrap"], spec["topic"], spec["records"],
-                       {"bare_bytes": None, "bare_json": "json", "bare_msgspec": "msgspec"}[spec["kind"]])
+                       {"bare_bytes": None, "bare_json": "json", "bare_msgspec": "msgspec", "bare_avro": "avro",
+                        "bare_protobuf": "protobuf"}[spec["kind"]], spec.get("schema"))
     out["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(out))
     return 0
@@ -372,21 +466,27 @@ def shape(bootstrap: str, tmp: str, name: str, per_message: int, args: argparse.
     from stream.config import KafkaSection
 
     ensure_topics(KafkaSection(bootstrap_servers=bootstrap), {topic: 1})
+    fmt = name.split("_")[0] if name.split("_")[0] in ("avro", "protobuf") else "json"
+    schema = write_schema(fmt, tmp) if fmt != "json" else None
     t = time.perf_counter()
     records = produce(bootstrap, topic, events=args.events, people=args.people, grid=args.grid,
-                      timesteps=args.timesteps, per_message=per_message)
+                      timesteps=args.timesteps, per_message=per_message, fmt=fmt)
     produce_s = time.perf_counter() - t
-    kinds = ["bare_bytes", "bare_json", "bare_msgspec", "service"]
+    kinds = ["bare_bytes", "bare_json", "bare_msgspec", "service"] if fmt == "json" else \
+        ["bare_bytes", f"bare_{fmt}", "service"]
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     for r in range(args.repeats):
         order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]
         for kind in order:
             if kind == "service":
                 cfg = settings_dict(bootstrap, topic, f"{tmp}/{name}-{r}", args.grid, args.timesteps)
+                if fmt != "json":
+                    cfg["input"] = {"format": fmt, "schemas": {1: schema}}
                 out = measure({"kind": "service", "config": cfg, "timesteps": args.timesteps}, args.cpu)
                 out["releases_read_back"] = released(bootstrap, cfg["kafka"]["output_topic"])
             else:
-                out = measure({"kind": kind, "bootstrap": bootstrap, "topic": topic, "records": records}, args.cpu)
+                out = measure({"kind": kind, "bootstrap": bootstrap, "topic": topic, "records": records,
+                               "schema": schema}, args.cpu)
             runs[kind].append(out)
             print(name, kind, json.dumps(out), file=sys.stderr, flush=True)
     events = args.events + 1
@@ -395,6 +495,21 @@ def shape(bootstrap: str, tmp: str, name: str, per_message: int, args: argparse.
         return statistics.median(events / o["wall_s"] for o in runs[kind])
 
     ratios = [s["wall_s"] and b["wall_s"] / s["wall_s"] for s, b in zip(runs["service"], runs["bare_bytes"], strict=True)]
+    if fmt != "json":  # the goal: service over the bare consumer deserializing with the same library
+        same = [s["wall_s"] and b["wall_s"] / s["wall_s"]
+                for s, b in zip(runs["service"], runs[f"bare_{fmt}"], strict=True)]
+        return {
+            "events": events, "records": records, "events_per_message": 1, "format": fmt,
+            "produce_s": round(produce_s, 1), "events_per_s": {k: round(rate(k)) for k in kinds},
+            f"service_over_bare_{fmt}": {"median": round(statistics.median(same), 3), "min": round(min(same), 3),
+                                         "max": round(max(same), 3)},
+            # CPU seconds too: on a shared machine the pinned core's other tenants inflate wall times
+            f"service_over_bare_{fmt}_cpu": round(statistics.median(
+                b["cpu_s"] / s["cpu_s"] for s, b in zip(runs["service"], runs[f"bare_{fmt}"], strict=True)), 3),
+            "service_over_bare_bytes": {"median": round(statistics.median(ratios), 3)},
+            "peak_rss_mb": {k: statistics.median(o["peak_rss_mb"] for o in runs[k]) for k in kinds},
+            "releases_read_back": [o["releases_read_back"] for o in runs["service"]],
+        }
     result: dict[str, Any] = {
         "events": events, "records": records, "events_per_message": per_message, "produce_s": round(produce_s, 1),
         "events_per_s": {k: round(rate(k)) for k in kinds},
@@ -437,7 +552,7 @@ def main() -> int:
         if others:
             os.sched_setaffinity(0, others)  # the driver and the broker it starts stay off the measured core
         with EmbeddedBroker.start() as broker:
-            shapes = {"batch_500": 500, "single_event": 1}
+            shapes = {"batch_500": 500, "single_event": 1, "avro_single": 1, "protobuf_single": 1}
             for name in [s for s in args.shapes.split(",") if s.strip()]:
                 out[name.strip()] = shape(broker.bootstrap, tmp, name.strip(), shapes[name.strip()], args)
             if args.workers:

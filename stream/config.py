@@ -82,7 +82,8 @@ class ConfigError(ValueError):
 
 #: Settings whose values are secrets: ``SecretStr`` in the model, never shown in an error, a log,
 #: ``repr`` or a dump; only :func:`stream.service.kafka_io.client_options` reads them in clear.
-SECRET_SETTINGS: frozenset[str] = frozenset({"kafka.sasl_plain_password"})
+SECRET_SETTINGS: frozenset[str] = frozenset({"kafka.sasl_plain_password",
+                                             "input.schema_registry.basic_auth_password"})
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
@@ -515,6 +516,78 @@ class RandomnessSection(_Section):
         return self
 
 
+class SchemaRegistrySection(_Section):
+    """``input.schema_registry.*``: a Confluent-compatible Schema Registry the writer schemas come from.
+
+    Schemas are fetched by id (``GET /schemas/ids/{id}``) the first time a record names one and
+    kept in a bounded cache (``cache_size`` ids, least recently used out). While the registry
+    cannot be reached, records whose schema id is cached decode as usual; the others are
+    dead-lettered as ``schema_unavailable`` (their bytes intact, to replay) and ``/readyz`` names
+    the outage; the registry is asked again at most every ``retry_backoff``.
+    """
+
+    url: str = Field(min_length=1, pattern=r"^https?://")
+    basic_auth_username: str | None = None
+    #: a secret (:data:`SECRET_SETTINGS`): give it as DPSTREAM_INPUT__SCHEMA_REGISTRY__BASIC_AUTH_PASSWORD
+    basic_auth_password: SecretStr | None = None
+    #: TLS like ``kafka.ssl_*``: the CA bundle that signs the registry's certificate, and a client
+    #: certificate and key for mutual TLS
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    timeout: Duration = timedelta(seconds=5)
+    cache_size: int = Field(default=1000, ge=1)
+    retry_backoff: Duration = timedelta(seconds=10)
+
+    @model_validator(mode="after")
+    def _pairs(self) -> SchemaRegistrySection:
+        if (self.basic_auth_username is None) != (self.basic_auth_password is None):
+            raise ValueError("basic auth needs both input.schema_registry.basic_auth_username and "
+                             "basic_auth_password (the password as DPSTREAM_INPUT__SCHEMA_REGISTRY__BASIC_AUTH_PASSWORD)")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("mutual TLS needs both input.schema_registry.ssl_certfile and ssl_keyfile")
+        if self.timeout <= timedelta(0):
+            raise ValueError("input.schema_registry.timeout must be > 0")
+        return self
+
+
+class InputSection(_Section):
+    """``input.*``: how the input topic's record values are encoded.
+
+    ``json`` (default): the JSON events of the consumer guide. ``avro``, ``protobuf``,
+    ``jsonschema``: one record per Kafka message in the Schema Registry wire format (byte 0, a
+    4-byte big-endian schema id, for Protobuf the message indexes, then the body), the writer
+    schema from ``schema_registry`` or from local ``schemas`` files (air-gapped). Fields are
+    addressed by path from the record's root: ``schema.user_id``, ``schema.event_time`` and each
+    attribute's name (or its entry in ``fields``), dots for nested records (``patient.id``).
+    """
+
+    format: Literal["json", "avro", "protobuf", "jsonschema"] = "json"
+    schema_registry: SchemaRegistrySection | None = None
+    #: schema id → file: ``.avsc`` (Avro), ``.desc``/``.binpb`` (a Protobuf FileDescriptorSet, as
+    #: ``protoc --include_imports --descriptor_set_out`` writes), ``.proto`` (needs ``protoc`` on the
+    #: PATH at start-up), ``.json`` (JSON Schema). Used instead of a registry, or before asking it.
+    schemas: dict[int, str] = Field(default_factory=dict)
+    #: attribute name → path of its field in the record (default: the attribute's name)
+    fields: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _source(self) -> InputSection:
+        if self.format == "json":
+            if self.schema_registry is not None or self.schemas or self.fields:
+                raise ValueError("input.schema_registry, input.schemas and input.fields apply to input.format "
+                                 "avro, protobuf or jsonschema; input.format is json (the default): set the format "
+                                 "or remove them")
+            return self
+        if self.schema_registry is None and not self.schemas:
+            raise ValueError(f"input.format {self.format} needs the writer schemas: set input.schema_registry.url, "
+                             "or input.schemas (schema id → file) for an air-gapped deployment")
+        for sid in self.schemas:
+            if not 0 <= sid < 2**32:
+                raise ValueError(f"input.schemas: {sid} is not a schema id (0 to 2^32-1)")
+        return self
+
+
 class KafkaSection(_Section):
     """``kafka.*``: where the service reads and writes."""
 
@@ -734,6 +807,7 @@ class Settings(BaseSettings):
     randomness: RandomnessSection = Field(default_factory=RandomnessSection)
     kafka: KafkaSection = Field(default_factory=KafkaSection)
     service: ServiceSection = Field(default_factory=ServiceSection)
+    input: InputSection = Field(default_factory=InputSection)
     #: the personal budget declaration, consent table included, as read once at start-up
     _personal: Any = PrivateAttr(default=None)
 
@@ -758,6 +832,19 @@ class Settings(BaseSettings):
         if settings_cls.model_config.get("yaml_file"):
             sources.append(YamlConfigSettingsSource(settings_cls))
         return tuple(sources)
+
+    @model_validator(mode="after")
+    def _input_fields(self) -> Settings:
+        """``input.fields`` may only name attributes (or the consent attribute of ``privacy.personal``)."""
+        known = {a.name for a in self.schema_.attributes}
+        personal = self.privacy.personal
+        if personal is not None and personal.attribute is not None:
+            known.add(personal.attribute)
+        unknown = sorted(set(self.input.fields) - known)
+        if unknown:
+            raise ValueError(f"input.fields names {unknown}, which are not attributes of schema.attributes "
+                             f"({sorted(known)}): map attribute names to field paths")
+        return self
 
     @model_validator(mode="after")
     def _inclusion_rules(self) -> Settings:
@@ -1242,9 +1329,13 @@ def missing_files(settings: Settings) -> list[str]:
     import os
 
     lines = []
-    for dotted in FILE_SETTINGS:
-        section, name = dotted.split(".")
-        value = getattr(getattr(settings, section), name)
+    named = [(dotted, getattr(getattr(settings, dotted.split(".")[0]), dotted.split(".")[1]))
+             for dotted in FILE_SETTINGS]
+    reg = settings.input.schema_registry
+    if reg is not None:  # input.schema_registry.ssl_*: TLS to the schema registry
+        named += [(f"input.schema_registry.{n}", getattr(reg, n)) for n in ("ssl_cafile", "ssl_certfile", "ssl_keyfile")]
+    named += [(f"input.schemas.{sid}", path) for sid, path in settings.input.schemas.items()]
+    for dotted, value in named:
         if value is None:
             continue
         if not Path(value).is_file():

@@ -64,6 +64,10 @@ def check(path: str, *, check_files: bool = True) -> int:
 
     settings = load_resolved(path)
     missing = missing_files(settings) if check_files else []
+    if check_files and not missing:  # the files exist: are they schemas the decoder can use? (no network)
+        from stream.ingest.formats import input_problems
+
+        missing = input_problems(settings)
     if missing:
         raise ConfigError(*missing)
     print(summary(settings), file=sys.stdout)

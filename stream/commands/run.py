@@ -50,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
 
     settings = load_resolved(args.config)  # ConfigError: one line per problem, exit 2 (cli.main)
     missing = missing_files(settings)
+    if not missing:  # the files exist: are they schemas the decoder can use? (no network)
+        from stream.ingest.formats import input_problems
+
+        missing = input_problems(settings)
     if missing:
         raise ConfigError(*missing)
     from stream.service.logs import setup_logging

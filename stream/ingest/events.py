@@ -63,6 +63,7 @@ __all__ = [
     "DEAD_LETTER_REASONS",
     "LATE_REASON",
     "LATE_REASONS",
+    "WIRE_REASONS",
     "MAX_USER_ID_CHARS",
     "Rejection",
     "Rejections",
@@ -96,7 +97,16 @@ REASONS: tuple[str, ...] = (
     "arrived_after_seal",
     "tombstone",
     "empty_value",
+    # input.format avro | protobuf | jsonschema (stream/ingest/formats.py)
+    "not_wire_format",
+    "unknown_schema",
+    "schema_unavailable",
+    "schema_mismatch",
+    "undecodable",
 )
+#: Reasons only a Schema Registry wire format (``input.format`` other than json) gives.
+WIRE_REASONS: tuple[str, ...] = ("not_wire_format", "unknown_schema", "schema_unavailable", "schema_mismatch",
+                                 "undecodable")
 LATE_REASON = "timestep_sealed"
 #: Reasons that send an event to the late topic (not a dead letter): its record time is past its
 #: timestep's deadline (``timestep_sealed``), or its record time is within the deadline but it

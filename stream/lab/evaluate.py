@@ -234,6 +234,8 @@ def settings_with(settings: Settings, changes: Mapping[str, Any]) -> Settings:
     """A re-validated copy of ``settings`` with nested ``changes`` (e.g. ``{"release": {"k": 0.1}}``)."""
     data = _deep_merge(settings.model_dump(by_alias=True, mode="json"), changes)
     data["kafka"]["sasl_plain_password"] = settings.kafka.sasl_plain_password  # JSON dumps mask secrets
+    if settings.input.schema_registry is not None:
+        data["input"]["schema_registry"]["basic_auth_password"] = settings.input.schema_registry.basic_auth_password
     try:
         return Settings(**data).validate_all()
     except ConfigError:

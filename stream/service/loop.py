@@ -66,7 +66,8 @@ from kafka import TopicPartition
 
 from controller.errors import StateError
 from stream.config import Settings
-from stream.ingest.events import EventDecoder, Rejections, parse_times
+from stream.ingest.events import Rejections, parse_times
+from stream.ingest.formats import input_decoder
 from stream.ingest.windowing import Grid
 from stream.messages import parse_message
 from stream.pipeline import JOURNAL_VERSION, ReleasePipeline, SealedRelease
@@ -267,7 +268,8 @@ class Service:
         self.end = StreamEnd(Grid.from_settings(settings), max_timesteps, settings.stream.end)
         self.stream_id = settings.stream.id
         self.fingerprint = settings.fingerprint()
-        self.decoder = EventDecoder.from_settings(settings)
+        # input.format chooses the decoder; a failing schema registry is a /readyz cause
+        self.decoder = input_decoder(settings, on_status=lambda ok, why: health.check("schema_registry", ok, why))
         self.journal: Journal | None = None
         self.reader: InputReader | None = None
         self.producer: Any = None

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from stream.ingest.events import EventDecoder, Rejection
+from stream.ingest.events import Rejection
+from stream.ingest.formats import input_decoder
 from stream.pipeline import ReleasePipeline, SealedRelease
 
 __all__ = [
@@ -219,7 +220,7 @@ def run_in_memory(
             "kafka.allow_data_dependent_inclusion: true)")
     pipe = pipeline or ReleasePipeline(settings)
     out = sink or MemorySink()
-    decoder = EventDecoder.from_settings(settings)
+    decoder = input_decoder(settings)
     k = settings.kafka
     releases: list[SealedRelease] = []
     rejected: list[Rejection] = []

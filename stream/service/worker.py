@@ -33,7 +33,8 @@ from kafka import TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 
 from stream.config import Settings
-from stream.ingest.events import EventDecoder, Rejections
+from stream.ingest.events import Rejections
+from stream.ingest.formats import input_decoder
 from stream.ingest.windowing import TimestepData
 from stream.pipeline import ReleasePipeline
 from stream.service.http import Health
@@ -80,7 +81,7 @@ class Worker:
         self.topic = k.input_topic
         self.shuffle = shuffle_topic(settings)
         self.worker_id = settings.service.worker_id or socket.gethostname()
-        self.decoder = EventDecoder.from_settings(settings)
+        self.decoder = input_decoder(settings, on_status=lambda ok, why: health.check("schema_registry", ok, why))
         self.pipeline = ReleasePipeline(settings)  # used for validation and inclusion only: never sealed
         self.owned: set[int] = set()
         self.positions: dict[int, int] = {}
