@@ -39,10 +39,9 @@ def test_missing_codec_is_named_with_the_pip_command() -> None:
 
 
 def test_pyproject_declares_the_codec_libraries() -> None:
-    from pathlib import Path
-
     import re
     import tomllib
+    from pathlib import Path
 
     project = tomllib.loads(Path(__file__).resolve().parents[3].joinpath("pyproject.toml").read_text())["project"]
     declared = [*project["dependencies"], *project["optional-dependencies"]["test"]]
