@@ -336,11 +336,15 @@ class _FakeReader:
         k = self.kafka
         pos = positions.get(0, self.pos)
         if pos >= k.available:
-            k.available = pos + k.events  # the next timestep's events arrive
+            k.available = self.arrive(pos)
         end = min(k.available, pos + max_records)
         self.pos = end
         recs = [k.record(o) for o in range(pos, end)]
         return [(0, recs)] if recs else []
+
+    def arrive(self, pos: int) -> int:
+        """The input offsets that exist once the reader has caught up at ``pos``: the next timestep's."""
+        return pos + self.kafka.events
 
     def position(self, partition: int) -> int | None:
         return self.pos

@@ -38,7 +38,6 @@ import sys
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ from stream.config import load_settings
 from stream.service.http import Health
 from stream.service.logs import setup_logging
 from stream.service.metrics import CLASSES, Metrics
-from stream.service.testing import FakeKafka, FakeRecord, fake_kafka_parts
+from stream.service.testing import FakeKafka, FakeRecord, _FakeReader, fake_kafka_parts
 
 START = 1_700_000_000.0  # 2023-11-14T22:13:20Z, timestep 1 s
 STEPS = 12
@@ -102,49 +101,12 @@ class ListKafka(FakeKafka):
         return self.records[offset]
 
 
-class ListReader:
+class ListReader(_FakeReader):
     """``InputReader`` over :class:`ListKafka`: each poll delivers the next timestep's records."""
 
-    partitions = [0]
-    group_metadata = None
-    control = None
-
-    def __init__(self, kafka: ListKafka) -> None:
-        self.kafka, self.pos = kafka, 0
-
-    def seek(self, positions: Mapping[int, int]) -> None:
-        self.pos = positions.get(0, 0)
-
-    def observe(self, partition: int, max_event_time: float) -> None:
-        pass
-
-    def poll(self, timeout_s: float, max_records: int, positions: Mapping[int, int]) -> list[tuple[int, list[Any]]]:
+    def arrive(self, pos: int) -> int:
         k = self.kafka
-        pos = positions.get(0, self.pos)
-        if pos >= k.available:
-            k.available = next((c for c in k.cuts if c > pos), len(k.records))
-        end = min(k.available, pos + max_records)
-        self.pos = end
-        recs = [k.record(o) for o in range(pos, end)]
-        return [(0, recs)] if recs else []
-
-    def position(self, partition: int) -> int | None:
-        return self.pos
-
-    def record_frontier(self, positions, record_times, now, skew) -> float:  # type: ignore[no-untyped-def]
-        return record_times.get(0, float("-inf"))
-
-    def caught_up(self, positions: Mapping[int, int]) -> bool:
-        return positions.get(0, 0) >= self.kafka.available
-
-    def committed(self) -> dict[int, int | None]:
-        return dict(self.kafka.committed)
-
-    def end_offsets(self) -> dict[int, int]:
-        return {0: self.kafka.available}
-
-    def close(self) -> None:
-        pass
+        return next((c for c in k.cuts if c > pos), len(k.records))
 
 
 def settings_for(state_dir, decision: str, unit: str):  # type: ignore[no-untyped-def]
