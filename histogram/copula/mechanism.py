@@ -453,8 +453,8 @@ def _partition_sums(x: np.ndarray, part: np.ndarray, parts: int, resolution: int
     the ``average`` ranks of a sort, without importing ``scipy.stats`` (which
     alone took ~1 s of a 10⁹-cell step). The normal score of a record is
     ``Φ⁻¹(mid-rank/(n_t + 1))``; per part and pair, Pearson's r of the scores
-    comes from per-part sums (one weighted ``bincount`` each), so the cost is
-    O(n·m²) whatever the number of parts. A constant column in a part gives r = 0.
+    comes from per-part sums and Gram matrices (one matrix product per part), so the
+    cost is O(n·m²) whatever the number of parts. A constant column in a part gives r = 0.
     """
     m = x.shape[1]
     out = np.zeros(len(ps), dtype=np.int64)
@@ -462,26 +462,27 @@ def _partition_sums(x: np.ndarray, part: np.ndarray, parts: int, resolution: int
         return out
     part = np.asarray(part, dtype=np.int64)
     n_t = np.bincount(part, minlength=parts).astype(np.float64)
-    scores = np.empty(x.shape, dtype=np.float64)
+    # the records grouped by part (stable), each attribute's scores one contiguous row of an (m, n)
+    # block: per part, the sums and the Gram matrix of its scores are then one matrix product (BLAS)
+    order = np.argsort(part, kind="stable")
+    part = part[order]
+    scores = np.empty((m, x.shape[0]), dtype=np.float64)
     for j in range(m):
-        levels = int(x[:, j].max()) + 1
-        key = part * levels + x[:, j]
+        col = x[order, j]
+        levels = int(col.max()) + 1
+        key = part * levels + col
         counts = np.bincount(key, minlength=parts * levels).reshape(parts, levels).astype(np.float64)
         mid = np.cumsum(counts, axis=1) - (counts - 1) / 2
         table = ndtri(mid / (n_t[:, None] + 1))
-        scores[:, j] = table.reshape(-1)[key]
-    # per part, the sums and the Gram matrix of the scores: one matrix product per part over the
-    # records grouped by part (BLAS), instead of a weighted bincount per pair (m² passes over n)
-    order = np.argsort(part, kind="stable")
-    grouped = scores[order]
+        scores[j] = table.reshape(-1)[key]
     bounds = np.concatenate([[0], np.cumsum(n_t.astype(np.int64))])
     sums = np.zeros((parts, m))
     gram = np.zeros((parts, m, m))
     for t in range(parts):
-        block = grouped[bounds[t]:bounds[t + 1]]
-        if block.shape[0]:
-            sums[t] = block.sum(axis=0)
-            gram[t] = block.T @ block
+        block = scores[:, bounds[t]:bounds[t + 1]]
+        if block.shape[1]:
+            sums[t] = block.sum(axis=1)
+            gram[t] = block @ block.T
     safe_n = np.maximum(n_t, 1.0)
 
     def centred(j: int, k: int) -> np.ndarray:
