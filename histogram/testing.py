@@ -18,12 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
 from histogram.noise import NoiseDrawer
 
-__all__ = ["Draw", "TapeMismatch", "RecordingDrawer", "ReplayDrawer"]
+__all__ = ["Draw", "TapeMismatch", "RecordingDrawer", "ReplayDrawer", "ReplayThenFresh"]
 
 KINDS = ("discrete_laplace", "uniform_int", "bernoulli_exp")
 
@@ -147,3 +148,39 @@ class ReplayDrawer:
     def assert_exhausted(self) -> None:
         if self.remaining:
             raise TapeMismatch(f"{self.remaining} recorded call(s) were never replayed")
+
+
+class ReplayThenFresh:
+    """Replays a tape while the calls match it (as :class:`ReplayDrawer`), then draws from
+    ``fallback``: a neighbouring run on D′ shares D's noise until it calls differently.
+
+    ``mismatch`` is None while every call matched, else where the first one differed;
+    :meth:`finish` also reports recorded calls that were never made.
+    """
+
+    def __init__(self, tape: Iterable[Draw], fallback: Any) -> None:
+        self.replay, self.fallback = ReplayDrawer(tape), fallback
+        self.mismatch: str | None = None
+
+    def _call(self, name: str, *args: Any) -> Any:
+        if self.mismatch is None:
+            try:
+                return getattr(self.replay, name)(*args)
+            except TapeMismatch as exc:
+                self.mismatch = str(exc)
+        return getattr(self.fallback, name)(*args)
+
+    def discrete_laplace(self, scale: Fraction, size: int | None = None) -> np.ndarray | int:
+        return self._call("discrete_laplace", scale, size)
+
+    def uniform_int(self, high: np.ndarray) -> np.ndarray:
+        return self._call("uniform_int", high)
+
+    def bernoulli_exp(self, numerator: np.ndarray, denominator: int) -> np.ndarray:
+        return self._call("bernoulli_exp", numerator, denominator)
+
+    def finish(self) -> str | None:
+        """The first difference from the tape, including recorded calls never made (None: none)."""
+        if self.mismatch is None and self.replay.remaining:
+            self.mismatch = f"{self.replay.remaining} recorded calls not made"
+        return self.mismatch

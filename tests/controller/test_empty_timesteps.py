@@ -48,7 +48,7 @@ from controller.policies.base import REPUBLISH
 from controller.step import Engine
 from controller.units import UserLevel, WEvent
 from histogram.lpa import LaplaceMechanism
-from histogram.testing import RecordingDrawer, ReplayDrawer, TapeMismatch
+from histogram.testing import RecordingDrawer, ReplayThenFresh
 from stream.service.testing import small_settings
 from tests.dp_audit import loss_lower_bound
 
@@ -106,37 +106,6 @@ def run_recorded(e: Engine, d: np.ndarray) -> tuple[list[Step], list[list[Any]]]
     return steps, tapes
 
 
-class ReplayWhileItFits:
-    """Replays D's calls while D′'s match them (kind, exact scale, size), then draws fresh noise;
-    ``mismatch`` says whether (and where) D′ called differently from D."""
-
-    def __init__(self, tape: list[Any], t: int) -> None:
-        self.replay, self.fallback, self.t = ReplayDrawer(tape), NOISE.drawer("empty'", t), t
-        self.mismatch: str | None = None
-
-    def _call(self, name: str, *args: Any) -> Any:
-        if self.mismatch is None:
-            try:
-                return getattr(self.replay, name)(*args)
-            except TapeMismatch as exc:
-                self.mismatch = str(exc)
-        return getattr(self.fallback, name)(*args)
-
-    def discrete_laplace(self, scale, size=None):  # type: ignore[no-untyped-def]
-        return self._call("discrete_laplace", scale, size)
-
-    def uniform_int(self, high):  # type: ignore[no-untyped-def]
-        return self._call("uniform_int", high)
-
-    def bernoulli_exp(self, numerator, denominator):  # type: ignore[no-untyped-def]
-        return self._call("bernoulli_exp", numerator, denominator)
-
-    def finish(self) -> str | None:
-        if self.mismatch is None and self.replay.remaining:
-            self.mismatch = f"{self.replay.remaining} recorded calls not made"
-        return self.mismatch
-
-
 def exact_violations(e: Engine, method: str) -> list[str]:
     """Where D′_s (one person in the empty timestep s) is treated differently from D on the same noise
     although the method's rule says it must not be."""
@@ -148,7 +117,7 @@ def exact_violations(e: Engine, method: str) -> list[str]:
         until = s if (not independent or method in GROUPED_METHODS) else len(d) - 1
         state, d2 = e.initial_state(), with_person(d, [s])
         for t in range(until + 1):
-            drawer = ReplayWhileItFits(tapes[t], t)
+            drawer = ReplayThenFresh(tapes[t], NOISE.drawer("empty'", t))
             release, state = e.step(state, d2[t], drawer)
             mismatch = drawer.finish()
             ledger = tuple(x.to_json() for x in release.ledger)

@@ -46,7 +46,7 @@ import pytest
 
 from controller.method import GROUPED_METHODS, METHODS, W_EVENT_METHODS
 from controller.step import Engine
-from histogram.testing import RecordingDrawer, ReplayDrawer, TapeMismatch
+from histogram.testing import RecordingDrawer, ReplayDrawer, ReplayThenFresh
 from stream.messages import MessageBuilder
 from stream.service.testing import small_settings
 
@@ -101,36 +101,6 @@ def _plain_step(engine: Engine, state, counts, drawer):  # type: ignore[no-untyp
     return engine.step(state, counts, drawer)
 
 
-class _ReplayWhileItFits:
-    """Replays D's tape while D′'s calls match it, then draws fresh noise (AdaPub, RescueDP).
-
-    Their groups are functions of the *released* values, which differ between
-    D and D′, so the number of group sums drawn may differ; from then on the
-    two runs simply use different noise. Metadata must still be identical
-    wherever the decisions are (the comparison below).
-    """
-
-    def __init__(self, tape, fallback) -> None:  # type: ignore[no-untyped-def]
-        self._replay, self._fallback, self._ok = ReplayDrawer(tape), fallback, True
-
-    def _call(self, name, *args):  # type: ignore[no-untyped-def]
-        if self._ok:
-            try:
-                return getattr(self._replay, name)(*args)
-            except TapeMismatch:
-                self._ok = False
-        return getattr(self._fallback, name)(*args)
-
-    def discrete_laplace(self, scale, size=None):  # type: ignore[no-untyped-def]
-        return self._call("discrete_laplace", scale, size)
-
-    def uniform_int(self, high):  # type: ignore[no-untyped-def]
-        return self._call("uniform_int", high)
-
-    def bernoulli_exp(self, numerator, denominator):  # type: ignore[no-untyped-def]
-        return self._call("bernoulli_exp", numerator, denominator)
-
-
 def run_pair(settings, step=_plain_step):  # type: ignore[no-untyped-def]
     """(kinds, metadata bytes, counts) per timestep for D and D' on the same recorded noise."""
     engine, builder = settings.engine(), MessageBuilder(settings)
@@ -143,7 +113,7 @@ def run_pair(settings, step=_plain_step):  # type: ignore[no-untyped-def]
             if record:
                 drawer = RecordingDrawer(rnd.drawer(settings.stream.id, t))
             elif settings.release.decision in GROUPED_METHODS:  # draw sizes follow the (noisy) groups
-                drawer = _ReplayWhileItFits(out[0][1][t], rnd.drawer(settings.stream.id + "'", t))
+                drawer = ReplayThenFresh(out[0][1][t], rnd.drawer(settings.stream.id + "'", t))  # AdaPub, RescueDP: groups follow releases
             else:
                 drawer = ReplayDrawer(out[0][1][t]) if t < len(out[0][1]) else None
             release, state = step(engine, state, counts, drawer)
