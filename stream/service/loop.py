@@ -230,14 +230,15 @@ def _budget(pipeline: ReleasePipeline, settings: Settings) -> tuple[Fraction, Fr
     acct = state.accountant
     last = max(0, state.timestep - 1)
     remaining = acct.remaining(last)
+    cap: int | None = None  # the most fresh releases the method makes (user-level only)
     if settings.privacy.unit == "user-level":
-        exhausted = state.fresh_count >= settings.privacy.cutoff or remaining <= 0
-    else:
-        exhausted = remaining <= 0
+        # uniform releases at every timestep up to the horizon N (ε/N each); the others stop at C
+        uniform = pipeline.engine.method == "uniform"
+        cap = settings.privacy.horizon if uniform else settings.privacy.cutoff
+    exhausted = (cap is not None and state.fresh_count >= cap) or remaining <= 0
     parts = getattr(state, "parts", None)
     if parts is not None:  # privacy.personal: exhausted once every part's sub-stream is
-        cutoff = settings.privacy.cutoff if settings.privacy.unit == "user-level" else None
-        exhausted = all((cutoff is not None and s.fresh_count >= cutoff) or s.accountant.remaining(last) <= 0
+        exhausted = all((cap is not None and s.fresh_count >= cap) or s.accountant.remaining(last) <= 0
                         for s in parts)
     return Fraction(settings.privacy.epsilon), acct.spent, remaining, exhausted
 

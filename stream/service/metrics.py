@@ -122,7 +122,7 @@ class Metrics:
                                     namespace=ns, registry=r)
         self.budget_exhausted = Gauge(
             "budget_exhausted", "1 when no fresh release is possible any more (user-level: after C fresh "
-            "releases or ε spent); every timestep is then republished, which is normal.",
+            "releases, N for uniform, or ε spent); every timestep is then republished, which is normal.",
             namespace=ns, registry=r)
         self.consumer_lag = Gauge("consumer_lag_records", "Input records not yet read, per partition.",
                                   ["partition"], namespace=ns, registry=r)
