@@ -139,3 +139,51 @@ def test_randomness_only_in_the_noise_module():
                     if name.startswith(("np.random.", "numpy.random.")) or name.split(".")[-1] in RANDOM_CALLS:
                         offenders.append(f"{rel}:{node.lineno} calls {name}")
     assert not offenders, offenders
+
+
+# One place builds an engine from settings (issue 29): ``stream.config.building.build_engine``. It is the
+# only caller, outside ``controller``, of the controller's primitive ``controller.method.build_engine``
+# (policy + mechanism + bins, with the method's checks), and the only place a ``PersonalEngine`` is made.
+ENGINE_BUILDER = "stream/config/building.py"
+ENGINE_CONSTRUCTORS = {"Engine": "controller/method.py", "PersonalEngine": ENGINE_BUILDER}
+
+
+def engine_builder_offenders(root: Path) -> list[str]:
+    """Places in ``controller``/``stream`` that build an engine other than through the one builder."""
+    offenders = []
+    for package in ("controller", "stream"):
+        for path in sorted((root / package).rglob("*.py")):
+            rel = str(path.relative_to(root))
+            tree = ast.parse(path.read_text(), filename=rel)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module in ("controller", "controller.method") \
+                        and any(a.name == "build_engine" for a in node.names) \
+                        and rel not in (ENGINE_BUILDER, "controller/__init__.py"):
+                    offenders.append(f"{rel}:{node.lineno} imports controller's build_engine")
+                if isinstance(node, ast.Call):
+                    name = _dotted(node.func)
+                    last = name.split(".")[-1]
+                    if last in ENGINE_CONSTRUCTORS and rel != ENGINE_CONSTRUCTORS[last]:
+                        offenders.append(f"{rel}:{node.lineno} constructs {last}")
+                    if name.endswith("method.build_engine") and rel != ENGINE_BUILDER:
+                        offenders.append(f"{rel}:{node.lineno} calls {name}")
+    return offenders
+
+
+def test_one_place_builds_an_engine():
+    assert engine_builder_offenders(ROOT) == []
+
+
+def test_engine_builder_check_catches_a_second_builder(tmp_path):
+    """Not vacuous: a copy of the tree with the lab building its own engine fails it."""
+    for package in ("controller", "stream"):
+        for path in (ROOT / package).rglob("*.py"):
+            copy = tmp_path / path.relative_to(ROOT)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text(path.read_text())
+    assert engine_builder_offenders(tmp_path) == []
+    lab = tmp_path / "stream" / "lab" / "table.py"
+    lab.write_text(lab.read_text() + "\n\ndef _own(s):\n    from controller.method import build_engine\n\n"
+                   "    return build_engine(s.method_spec(), s.mechanism(), s.domain().size)\n")
+    assert engine_builder_offenders(tmp_path) == ["stream/lab/table.py:" + str(len(lab.read_text().splitlines()) - 2)
+                                                  + " imports controller's build_engine"]
