@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from math import comb
-from typing import TYPE_CHECKING
 
 from controller import method as _method
 from controller.errors import ConfigurationError
@@ -33,15 +32,13 @@ from stream.config.sections import (
     CopulaSection,
     MarginalsSection,
 )
-
-if TYPE_CHECKING:  # annotations only: Settings calls into this module
-    from stream.config.settings import Settings
+from stream.config.view import SettingsView
 
 __all__ = ["build_engine", "build_mechanism", "domain", "ingest_domain", "method_spec", "model_tables", "noise_source",
            "postprocessor", "unit", "validate"]
 
 
-def domain(settings: Settings) -> Domain:
+def domain(settings: SettingsView) -> Domain:
     """The public histogram domain (``schema.attributes``)."""
     attrs = []
     for a in settings.schema_.attributes:
@@ -57,7 +54,7 @@ def domain(settings: Settings) -> Domain:
     return Domain(tuple(attrs))
 
 
-def ingest_domain(settings: Settings) -> Domain:
+def ingest_domain(settings: SettingsView) -> Domain:
     """The domain events are decoded with: the counted attributes, plus the consent attribute
     (``privacy.personal.attribute``: its tier names; never counted, only routed by)."""
     counted = domain(settings)
@@ -67,7 +64,7 @@ def ingest_domain(settings: Settings) -> Domain:
     return Domain((CategoricalAttribute(personal.attribute, tuple(personal.tiers)), *counted.attributes))
 
 
-def unit(settings: Settings) -> UserLevel | WEvent:
+def unit(settings: SettingsView) -> UserLevel | WEvent:
     """The privacy unit and its budget (``privacy.unit``, ``privacy.epsilon`` and the unit's fields)."""
     p = settings.privacy
     if p.unit == "user-level":
@@ -75,7 +72,7 @@ def unit(settings: Settings) -> UserLevel | WEvent:
     return WEvent(p.epsilon, p.w, p.cutoff)  # type: ignore[arg-type]
 
 
-def model_tables(settings: Settings) -> int:
+def model_tables(settings: SettingsView) -> int:
     """How many marginal tables a model release publishes (1 for a histogram mechanism).
 
     The decision of a model release compares the released tables (``docs/privacy.md`` §11.4):
@@ -92,7 +89,7 @@ def model_tables(settings: Settings) -> int:
     return 1
 
 
-def method_spec(settings: Settings, decision: str | None = None) -> MethodSpec:
+def method_spec(settings: SettingsView, decision: str | None = None) -> MethodSpec:
     """The controller's view of ``release.*`` and ``privacy.*`` (``decision``: another method with the
     same parameters). :class:`~controller.method.MethodSpec` checks the method's own parameters."""
     r, p = settings.release, settings.privacy
@@ -115,7 +112,7 @@ def method_spec(settings: Settings, decision: str | None = None) -> MethodSpec:
     )
 
 
-def build_mechanism(settings: Settings) -> Mechanism:
+def build_mechanism(settings: SettingsView) -> Mechanism:
     """The release mechanism (``release.mechanism``) over this domain."""
     bound, conf = settings.privacy.contribution_bound, settings.release.confidence
     _check_model_options(settings)
@@ -131,7 +128,7 @@ def build_mechanism(settings: Settings) -> Mechanism:
                                      options=settings.release.psd)
 
 
-def _check_model_options(settings: Settings) -> None:
+def _check_model_options(settings: SettingsView) -> None:
     """``release.copula`` / ``release.marginals`` only with their mechanism, and what a model release needs."""
     r = settings.release
     for name in MODEL_MECHANISMS:
@@ -170,7 +167,7 @@ def _check_model_options(settings: Settings) -> None:
                 "from; set release.marginals.k: 2 (or more), or synthetic_size: 0")
 
 
-def _model_mechanism(settings: Settings) -> Mechanism:
+def _model_mechanism(settings: SettingsView) -> Mechanism:
     from histogram.copula.mechanism import DPCopula  # imported lazily: scipy-heavy modules
     from histogram.marginals.kway import KWayMarginals
     from histogram.model_release import CopulaModelMechanism, KWayModelMechanism
@@ -197,7 +194,7 @@ def _model_mechanism(settings: Settings) -> Mechanism:
                               opts_m.consistency, opts_m.synthetic_size, r.confidence)
 
 
-def postprocessor(settings: Settings) -> PostProcessor:
+def postprocessor(settings: SettingsView) -> PostProcessor:
     """``release.postprocess`` with its public parameters (:mod:`histogram.postprocess`).
 
     Raises:
@@ -211,13 +208,13 @@ def postprocessor(settings: Settings) -> PostProcessor:
         raise ConfigurationError(str(exc)) from None
 
 
-def noise_source(settings: Settings) -> Randomness:
+def noise_source(settings: SettingsView) -> Randomness:
     """Secure randomness, or seeded when (and only when) ``randomness.allow_seeded_noise`` allows it."""
     seed = settings.randomness.seed
     return Randomness.secure() if seed is None else Randomness.seeded(seed)
 
 
-def build_engine(settings: Settings, *, decision: str | None = None, mechanism: Mechanism | None = None,
+def build_engine(settings: SettingsView, *, decision: str | None = None, mechanism: Mechanism | None = None,
                  randomness: Randomness | None = None) -> Engine | PersonalEngine:
     """The one place an engine is built from settings: the service, replay, the lab and the checks
     at load time all come here.
@@ -256,7 +253,7 @@ def build_engine(settings: Settings, *, decision: str | None = None, mechanism: 
                                        else b""))
 
 
-def validate(settings: Settings) -> None:
+def validate(settings: SettingsView) -> None:
     """Build the domain, the method, the engine and the post-processor once, so every cross-field
     error surfaces at load time.
 

@@ -10,25 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stream.config.sections import MODEL_MECHANISMS, CopulaSection, MarginalsSection
 from stream.config.values import format_duration
-
-if TYPE_CHECKING:  # annotations only: Settings calls into this module
-    from stream.config.settings import Settings
+from stream.config.view import SettingsView
 
 __all__ = ["fingerprint_of", "privacy_view"]
 
 
-def _privacy_view_exclude(settings: Settings) -> dict[str, Any]:
+def _privacy_view_exclude(settings: SettingsView) -> dict[str, Any]:
     personal = settings.privacy.personal
     if personal is None:
         return {"shared_population": True, "personal": True}
     return {"shared_population": True, **({"personal": {"weights": True}} if personal.weights is None else {})}
 
 
-def privacy_view(settings: Settings) -> dict[str, Any]:
+def privacy_view(settings: SettingsView) -> dict[str, Any]:
     """Everything that changes what a release means or costs (JSON-ready)."""
     s = settings.stream
     personal = settings.privacy.personal
@@ -63,7 +61,7 @@ def privacy_view(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _release_view(settings: Settings) -> dict[str, Any]:
+def _release_view(settings: SettingsView) -> dict[str, Any]:
     """``release.*`` as JSON; the model mechanisms' sections only when set (unset, they change no
     existing stream's fingerprint)."""
     view = settings.release.model_dump(mode="json", exclude={"planner"})  # how, not what, is chosen
@@ -81,7 +79,7 @@ def _release_view(settings: Settings) -> dict[str, Any]:
     return view
 
 
-def fingerprint_of(settings: Settings) -> str:
+def fingerprint_of(settings: SettingsView) -> str:
     """SHA-256 of :func:`privacy_view` in canonical JSON (hex)."""
     canon = json.dumps(privacy_view(settings), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()

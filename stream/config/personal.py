@@ -12,16 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from controller.errors import ConfigurationError
 from controller.personal import sampling_window_refusal
 from histogram.personalized import BudgetLevels, PersonalBudgets, PersonalizedMechanism
 from histogram.postprocess import STATEFUL, parse_chain
 from stream.config.sections import DEFAULT_TIER, MODEL_MECHANISMS
-
-if TYPE_CHECKING:  # annotations only: Settings calls into this module
-    from stream.config.settings import Settings
+from stream.config.view import SettingsView
 
 __all__ = ["PersonalDeclaration", "declare"]
 
@@ -108,7 +105,7 @@ def _read_consent_table(path: str, tiers: tuple[str, ...], numeric: bool = True,
     return out
 
 
-def declare(settings: Settings) -> PersonalDeclaration:
+def declare(settings: SettingsView) -> PersonalDeclaration:
     """The declaration of ``privacy.personal`` and its PDP plan, with every check that needs the
     whole configuration (one process, a histogram mechanism, no smoother, a public consent field);
     reads the consent table (cached by path, size and modification time).
