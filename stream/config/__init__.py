@@ -22,6 +22,7 @@ Where a setting is validated (one job per module; read top to bottom):
 ``personal``          ``privacy.personal``'s declaration and consent table, with its checks
                       against the rest of the configuration
 ``fingerprint``       which settings change what a release means or costs, hashed
+``view``              what ``building``/``personal``/``fingerprint`` read of :class:`Settings` (a protocol)
 ``loading``           ``load_settings``: the YAML read strictly, error lines, files that must exist
 ``errors``            :class:`ConfigError` and the secret settings (never shown)
 ====================  ==========================================================================
