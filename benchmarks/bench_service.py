@@ -55,7 +55,7 @@ from stream.config import KafkaSection, load_settings  # noqa: E402
 from stream.service.broker import EmbeddedBroker  # noqa: E402
 from stream.service.http import Health  # noqa: E402
 from stream.service.kafka_io import ensure_topics  # noqa: E402
-from stream.service.loop import run_service  # noqa: E402
+from stream.service.launcher import run_service  # noqa: E402
 from stream.service.metrics import Metrics  # noqa: E402
 
 T0 = 1_704_067_200.0

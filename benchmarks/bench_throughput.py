@@ -248,7 +248,7 @@ def run_service(cfg: dict[str, Any], timesteps: int) -> dict[str, Any]:
 
     from stream.config import load_settings
     from stream.service.http import Health
-    from stream.service.loop import run_service as run
+    from stream.service.launcher import run_service as run
     from stream.service.metrics import Metrics
 
     settings = load_settings(None, **cfg)
@@ -288,7 +288,7 @@ def run_scaled_member(spec: dict[str, Any]) -> dict[str, Any]:
 
     from stream.config import load_settings
     from stream.service.http import Health
-    from stream.service.loop import run_service as run
+    from stream.service.launcher import run_service as run
     from stream.service.metrics import Metrics
 
     settings = load_settings(None, **spec["config"])

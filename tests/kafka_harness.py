@@ -260,7 +260,7 @@ class InProcessService:
         import threading
 
         from stream.service.http import Health
-        from stream.service.loop import run_service
+        from stream.service.launcher import run_service
         from stream.service.metrics import Metrics
 
         self.settings = settings
@@ -366,7 +366,7 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
     import sys
 
     import stream.commands.run as run_command
-    import stream.service.loop  # noqa: F401 - pre-import everything heavy
+    import stream.service.launcher  # noqa: F401 - pre-import everything heavy
 
     print("ready", flush=True)
     for line in sys.stdin:

@@ -151,8 +151,8 @@ def _watch(bootstrap: str, topic: str, stop: threading.Event, quiet: bool) -> No
 def run(args: argparse.Namespace) -> int:
     from stream.config import ConfigError, load_settings, parse_duration
     from stream.service.broker import BrokerError, EmbeddedBroker, EmbeddedBrokerMissing
+    from stream.service.launcher import run_service
     from stream.service.logs import setup_logging
-    from stream.service.loop import run_service
 
     try:
         step_s = parse_duration(args.timestep).total_seconds()

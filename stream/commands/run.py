@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
         missing = input_problems(settings)
     if missing:
         raise ConfigError(*missing)
+    from stream.service.launcher import run_service
     from stream.service.logs import setup_logging
-    from stream.service.loop import run_service
 
     setup_logging(settings.service.log_level)
 

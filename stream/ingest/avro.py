@@ -3,7 +3,7 @@
 The body is read by fastavro's schemaless reader (C) with the writer schema whose logical
 types were removed: the bytes are the same (a ``timestamp-millis`` is an Avro ``long``), so no
 ``datetime`` is built per record; the event time's unit is applied to the whole column at once
-(:attr:`~stream.ingest.formats.RecordReader.time_scale`). The mapped fields are then picked
+(:attr:`~stream.ingest.readers.RecordReader.time_scale`). The mapped fields are then picked
 out of the record with one ``itemgetter`` call (nested paths: one small function per path).
 
 What a mapped field may be (else ``schema_mismatch`` for that schema id): ``string``, ``int``,
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
-from stream.ingest.formats import FieldPath, RecordReader, SchemaMismatchError
+from stream.ingest.readers import FieldPath, RecordReader, SchemaMismatchError
 from stream.ingest.schemas import WriterSchema
 
 __all__ = ["compile_avro"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,6 +45,7 @@ from stream.ingest.events import (
     _key_column,
     _text,
 )
+from stream.ingest.readers import FieldPath, RecordError, RecordReader, SchemaMismatchError
 from stream.ingest.schemas import (
     RegistryClient,
     SchemaFileError,
@@ -64,49 +64,6 @@ _log = logging.getLogger(__name__)
 FORMATS = ("json", "avro", "protobuf", "jsonschema")
 #: the registry's ``schemaType`` each format expects
 _KIND = {"avro": "AVRO", "protobuf": "PROTOBUF", "jsonschema": "JSON"}
-
-
-@dataclass(frozen=True)
-class FieldPath:
-    """One mapped field: ``role`` says what it is for (in error messages), ``path`` where it is.
-
-    ``kind``: ``user_id``, ``time``, ``numeric`` or ``categorical`` (what the column must hold).
-    """
-
-    role: str
-    path: tuple[str, ...]
-    kind: str
-
-    @property
-    def dotted(self) -> str:
-        return ".".join(self.path)
-
-
-class SchemaMismatchError(Exception):
-    """A writer schema lacks (or mistypes) a mapped field: its records are ``schema_mismatch``."""
-
-
-class RecordError(Exception):
-    """One record cannot be read; ``reason`` is its dead-letter reason."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-@dataclass(frozen=True)
-class RecordReader:
-    """A writer schema compiled against the field mapping.
-
-    ``read(payload)`` decodes one whole wire-format record (header included) into a tuple of the
-    mapped values in :class:`FieldPath` order; it raises :class:`RecordError` for a reason of its
-    own, anything else is ``undecodable``. ``time_scale``: seconds per unit of the event-time
-    numbers it returns (``1e-3`` for Avro ``timestamp-millis``).
-    """
-
-    read: Callable[[bytes], tuple[Any, ...]]
-    time_scale: float = 1.0
 
 
 def _compiler(fmt: str) -> Callable[[WriterSchema, tuple[FieldPath, ...]], RecordReader]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from stream.ingest.formats import FieldPath, RecordError, RecordReader, SchemaMismatchError
+from stream.ingest.readers import FieldPath, RecordError, RecordReader, SchemaMismatchError
 from stream.ingest.schemas import WriterSchema
 
 __all__ = ["compile_json_schema"]

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
-from stream.ingest.formats import FieldPath, RecordError, RecordReader, SchemaMismatchError
+from stream.ingest.readers import FieldPath, RecordError, RecordReader, SchemaMismatchError
 from stream.ingest.schemas import WriterSchema
 from stream.ingest.wire import message_indexes
 

@@ -706,13 +706,13 @@ def _validate_config(config: dict[str, Any]) -> None:
     """Refuse (before writing anything) a config that ``load_settings`` would refuse."""
     from pydantic import ValidationError
 
-    from stream.config import ConfigError, Settings, _format_errors
+    from stream.config import ConfigError, Settings, format_errors
 
     try:
         Settings(**config).validate_all()
     except ValidationError as exc:
         raise ValueError(
-            _format_errors(exc).replace("invalid configuration", "the generated configuration would be invalid", 1)
+            format_errors(exc).replace("invalid configuration", "the generated configuration would be invalid", 1)
         ) from None
     except ConfigError as exc:
         raise ValueError(str(exc)) from None

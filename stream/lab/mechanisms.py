@@ -323,18 +323,14 @@ Releaser = Callable[[np.ndarray, Fraction, NoiseDrawer, NoiseDrawer], _Answers]
 
 
 def _releaser(name: str, settings: Settings, levels: tuple[int, ...], synthetic: int) -> Releaser:
-    """``release(records, ε, noise, synthetic_drawer) → answers`` for mechanism ``name``."""
-    bound = settings.privacy.contribution_bound
+    """``release(records, ε, noise, synthetic_drawer) → answers`` for mechanism ``name``: the service's
+    mechanism (:meth:`Settings.mechanism` of :func:`engine_settings`), called behind the schedule."""
+    if name not in HISTOGRAM_MECHANISMS and not name.startswith("copula"):
+        order = int(name.partition("-")[2] or 2)
+        if order > len(levels):
+            raise EvaluationError(f"{name}: R = {order} is more than the {len(levels)} attributes of the domain")
+    mech: Any = engine_settings(settings, name, "fixed").mechanism()
     if name in HISTOGRAM_MECHANISMS:
-        if name == "lpa":
-            from histogram.lpa import LaplaceMechanism
-
-            mech: Any = LaplaceMechanism(bound, settings.release.confidence)
-        else:
-            from histogram.psd.mechanism import PSDMechanism
-
-            mech = PSDMechanism.from_options(levels, sensitivity=bound, confidence=settings.release.confidence,
-                                             options=settings.release.psd)
         cells = math.prod(levels)
 
         def release_hist(x, eps, noise, _syn):
@@ -344,27 +340,18 @@ def _releaser(name: str, settings: Settings, levels: tuple[int, ...], synthetic:
 
         return release_hist
     if name.startswith("copula"):
-        from histogram.copula import DPCopula
-
-        variant = name.partition("-")[2] or "kendall"
-        n0 = max(2, (9 * settings.privacy.population) // 10) if settings.privacy.population else 100
-        cop = DPCopula(levels, variant=variant, min_records=n0, sensitivity=bound)
+        cop = mech.copula
 
         def release_copula(x, eps, noise, syn):
             model = cop.release(x, eps, noise).model
             return _CopulaAnswers(model, model.sample(synthetic, syn))
 
         return release_copula
-    from histogram.marginals import KWayMarginals
-
-    order = int(name.partition("-")[2] or 2)
-    if order > len(levels):
-        raise EvaluationError(f"{name}: R = {order} is more than the {len(levels)} attributes of the domain")
-    kway = KWayMarginals(levels, order, sensitivity=bound)
+    kway = mech.kway
 
     def release_kway(x, eps, noise, syn):
         rel = kway.release(x, eps, noise)
-        return _KWayAnswers(rel, rel.synthesize(synthetic, syn) if order >= 2 else None, levels)
+        return _KWayAnswers(rel, rel.synthesize(synthetic, syn) if kway.max_order >= 2 else None, levels)
 
     return release_kway
 
@@ -483,7 +470,7 @@ def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth
     histograms with ``replay``'s drawers; answers from each fresh release's own model."""
     from dataclasses import replace
 
-    from controller.method import build_engine
+    from stream.config.building import build_engine
 
     s = engine_settings(settings, name, decision)
     levels = truth.levels
@@ -496,7 +483,7 @@ def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth
     elif name not in HISTOGRAM_MECHANISMS:
         recorder = _Recorder(mech.kway)
         mech = replace(mech, kway=recorder)
-    engine = build_engine(s.method_spec(), mech, cells)
+    engine = build_engine(s, mechanism=mech)
     state = engine.initial_state()
     stream_id = s.stream.id
     published = _publish(_Zeros(levels), workload, tables)

@@ -181,7 +181,7 @@ def run_personal(
     decl = settings.personal_declaration()
     if decl.levels.size != rows.levels or rows.bins != workload.bins or rows.timesteps != workload.timesteps:
         raise EvaluationError("the personalized rows do not match this configuration's budget levels or domain")
-    engine = decl.engine(settings, randomness)
+    engine = settings.engine(randomness)
     bins = rows.bins
     size = engine.input_bins
 

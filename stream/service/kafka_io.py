@@ -35,6 +35,9 @@ from kafka import errors as kerr
 from kafka.structs import OffsetAndMetadata
 
 from stream.config import KafkaSection
+from stream.service.journal import JournalError
+from stream.service.kafka_errors import FATAL_TYPES, KafkaIOError, wrap_error
+from stream.service.progress import EndProbe, RecordTimeGuard, partition_frontier
 
 __all__ = [
     "KafkaIOError",
@@ -53,71 +56,11 @@ __all__ = [
     "transactional_id_for",
     "rejection_records",
     "InputReader",
+    "RecordTimeRefused",
+    "check_log_append_time",
+    "topic_timestamp_type",
+    "FATAL_TYPES",
 ]
-
-FATAL_TYPES: tuple[type[BaseException], ...] = (
-    kerr.ProducerFencedError,
-    kerr.InvalidProducerEpochError,
-    kerr.AuthorizationError,
-    kerr.KafkaConfigurationError,
-    kerr.UnsupportedVersionError,
-    kerr.InvalidTxnStateError,
-    kerr.TransactionalIdAuthorizationFailedError,
-    kerr.OffsetOutOfRangeError,
-    kerr.NoOffsetForPartitionError,
-)
-
-
-class KafkaIOError(RuntimeError):
-    """A Kafka operation failed.
-
-    Attributes:
-        retriable: True when repeating the same operation may succeed
-            (timeouts, unavailable brokers or coordinators); False when the
-            service must stop (fenced by a newer instance, not authorised,
-            offsets out of range, misconfiguration).
-        action: what was being done, e.g. ``"commit transaction"``.
-    """
-
-    def __init__(self, message: str, *, retriable: bool, action: str = "") -> None:
-        super().__init__(message)
-        self.retriable = retriable
-        self.action = action
-
-
-def wrap_error(exc: BaseException, action: str) -> KafkaIOError:
-    """Classify any exception raised by kafka-python."""
-    if isinstance(exc, KafkaIOError):
-        return exc
-    if isinstance(exc, FATAL_TYPES):
-        retriable = False
-    elif isinstance(exc, kerr.KafkaError):
-        retriable = bool(getattr(exc, "retriable", False)) or isinstance(
-            exc, kerr.KafkaTimeoutError | kerr.KafkaConnectionError | kerr.NodeNotReadyError
-        ) or _wraps_retriable(exc)
-    else:
-        retriable = isinstance(exc, TimeoutError | ConnectionError)
-    kind = "retriable" if retriable else "fatal"
-    return KafkaIOError(f"{action} failed ({kind}): {exc}", retriable=retriable, action=action)
-
-
-#: kafka-python's retriable broker errors, by class name (see :func:`_wraps_retriable`)
-_RETRIABLE_NAMES = tuple(sorted(
-    name for name, cls in vars(kerr).items()
-    if isinstance(cls, type) and issubclass(cls, kerr.KafkaError) and getattr(cls, "retriable", False)
-))
-
-
-def _wraps_retriable(exc: BaseException) -> bool:
-    """kafka-python's transaction manager reports a failed transactional request as a plain
-    ``KafkaError`` whose text names the broker error ("Could not execute transactional request for
-    unknown reasons: [Error 7] RequestTimedOutError ..."): a hung broker's timeout is retriable (the
-    journaled checkpoint is re-sent with a fresh producer), not a reason to stop the service."""
-    if type(exc) is not kerr.KafkaError:
-        return False
-    text = str(exc)
-    return any(name in text for name in _RETRIABLE_NAMES)
-
 
 def transactional_id_for(k: KafkaSection, stream_id: str) -> str:
     """The stable transactional id of a stream (one writer per stream)."""
@@ -619,8 +562,6 @@ class InputReader:
                  timeout_s: float = 30.0, record_time: str | None = None, skew_s: float = 0.0,
                  clients: tuple[Any, Mapping[int, Any], Any] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        from stream.service.progress import EndProbe, RecordTimeGuard
-
         self.k = k
         self.topic = topic
         self.slack = float(slack_s)
@@ -767,8 +708,6 @@ class InputReader:
         (:meth:`stream.ingest.windowing.Windower.complete`), never what they hold. ``now``
         (the caller's wall clock) only caps the observation times.
         """
-        from stream.service.progress import partition_frontier
-
         highs = {tp: self.consumers[tp.partition].highwater(tp) for tp in self.tps}
         # Where each partition is read up to: the caller's processed offsets, or the consumer's own
         # position when further (everything a poll returned was processed before this call; a poll
@@ -820,3 +759,32 @@ class InputReader:
             except Exception:  # noqa: BLE001, S110 - best effort on the way out
                 pass
         self.probe.close()
+
+
+class RecordTimeRefused(JournalError):
+    """The input topic's record timestamps cannot be confirmed broker-stamped: refuse to start (exit 2)."""
+
+
+def check_log_append_time(k: KafkaSection,
+                          timestamp_type: Callable[[KafkaSection, str], str | None] | None = None) -> None:
+    """With ``kafka.record_time: log-append-time``, refuse unless the input topic confirms
+    ``message.timestamp.type=LogAppendTime`` (every process that decides inclusion checks it).
+
+    ``timestamp_type`` asks the cluster (default :func:`topic_timestamp_type`; the loop passes its
+    own reference, which the in-memory test Kafka replaces).
+
+    Raises:
+        RecordTimeRefused: the topic reports another type, or none.
+    """
+    if k.record_time != "log-append-time":
+        return
+    kind = (timestamp_type or topic_timestamp_type)(k, k.input_topic)
+    if kind != "LogAppendTime":
+        raise RecordTimeRefused(
+            f"kafka.record_time is log-append-time but the input topic {k.input_topic!r} reports "
+            f"message.timestamp.type={kind or 'unknown (the cluster did not say)'}: producers would "
+            "choose the record times that decide which events count, so one person's clock could "
+            "move other people's events out of their timestep. Fix: set the topic config "
+            "message.timestamp.type=LogAppendTime (kafka-configs --alter --entity-type topics "
+            f"--entity-name {k.input_topic} --add-config message.timestamp.type=LogAppendTime), or, "
+            "only if every producer's clock is trusted, set kafka.record_time: trusted-create-time")

@@ -41,8 +41,11 @@ broker shows records of interrupted transactions; they are byte-identical to
 the re-sent ones, and consumers drop duplicates by ``release_id``.
 
 Test-only fault injection: ``DPSTREAM_FAILPOINT=name[:n]`` (names in
-:data:`FAILPOINTS`) kills the process with SIGKILL the *n*-th time the loop
-reaches that point. Unset, it does nothing.
+:data:`stream.service.failpoints.FAILPOINTS`) kills the process with SIGKILL the
+*n*-th time the loop reaches that point. Unset, it does nothing.
+
+The process around the loop (signals, the shutdown watchdog, choosing the
+single, worker or releaser role) is :mod:`stream.service.launcher`.
 """
 
 from __future__ import annotations
@@ -50,11 +53,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import os
-import signal
 import threading
 import time
-from collections import Counter as TallyCounter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -64,7 +64,6 @@ from typing import Any
 import numpy as np
 from kafka import TopicPartition
 
-from controller.errors import StateError
 from stream.config import Settings
 from stream.ingest.events import Rejections, parse_times
 from stream.ingest.formats import input_decoder
@@ -79,12 +78,11 @@ from stream.service.catchup import (
     catch_up_summary,
     checkpoint_room,
 )
-from stream.service.http import Health, HttpServer, make_app
+from stream.service.http import Health, HttpServer
 from stream.service.integrity import CHECK as CLUSTER_CHECK
 from stream.service.integrity import CHECK_INTERVAL_S as CLUSTER_CHECK_INTERVAL_S
 from stream.service.integrity import ClusterView, cluster_loss
 from stream.service.journal import (
-    COMPACTION_POINTS,
     INDEX_KEEP,
     Checkpoint,
     Journal,
@@ -99,8 +97,10 @@ from stream.service.kafka_io import (
     InputReader,
     KafkaIOError,
     OutRecord,
+    RecordTimeRefused,
     TransactionalWriter,
     bounded_value,
+    check_log_append_time,
     committed_marker,
     dead_letter_limit,
     ensure_topics,
@@ -112,53 +112,16 @@ from stream.service.kafka_io import (
 )
 from stream.service.logs import get_logger, log
 from stream.service.metrics import Metrics
-from stream.service.probe import BrokerProbe
-from stream.service.public import ReleaseFeed, start_public
+from stream.service.public import ReleaseFeed
 from stream.service.schedule import PublishSchedule, record_timestamp_ms
 
-__all__ = ["Service", "run_service", "Failpoints", "FAILPOINTS", "EXIT_OK", "EXIT_REFUSED", "EXIT_FAILED"]
+__all__ = ["Service", "ServiceError", "checkpoint_records", "EXIT_OK", "EXIT_REFUSED", "EXIT_FAILED"]
 
 INTERNAL_ERROR = "internal_error"  # dead-letter reason for a message the decoder itself failed on
-FAILPOINTS = ("after_noise", "after_journal", "mid_produce", "after_produce_before_commit")
-#: kill points inside a journal compaction (after the checkpoint committed: nothing to re-send)
-COMPACTION_FAILPOINTS = COMPACTION_POINTS
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 LAG_INTERVAL_S = 5.0
-#: not ready when the loop ran no iteration for max(this, 3 × kafka.request_timeout_ms): one
-#: iteration may legitimately wait on a Kafka request (end offsets, a transaction) that long
-LOOP_STALL_MIN_S = 120.0
 
 _log = get_logger("service")
-
-
-class Failpoints:
-    """``DPSTREAM_FAILPOINT=name[:n][,name[:n]…]``: SIGKILL at the n-th hit (default 1). Inert when unset."""
-
-    def __init__(self, spec: str | None) -> None:
-        self._targets: dict[str, int] = {}
-        self._hits: TallyCounter[str] = TallyCounter()
-        for part in (spec or "").split(","):
-            if not part.strip():
-                continue
-            name, _, nth = part.strip().partition(":")
-            if name not in FAILPOINTS + COMPACTION_FAILPOINTS:
-                raise ValueError(f"unknown failpoint {name!r}; choose from "
-                                 f"{', '.join(FAILPOINTS + COMPACTION_FAILPOINTS)}")
-            self._targets[name] = int(nth or 1)
-
-    def wants(self, name: str) -> bool:
-        """Whether ``name`` is armed (lets callers skip work that only a failpoint needs)."""
-        return name in self._targets
-
-    def __call__(self, name: str) -> None:
-        if name in self._targets:
-            self._hits[name] += 1
-            if self._hits[name] == self._targets[name]:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-
-class RecordTimeRefused(JournalError):
-    """The input topic's record timestamps cannot be confirmed broker-stamped: refuse to start (exit 2)."""
 
 
 class ServiceError(RuntimeError):
@@ -174,27 +137,6 @@ class _Pending:
 
     def __bool__(self) -> bool:
         return bool(self.releases or self.outputs)
-
-
-def check_log_append_time(k: Any) -> None:
-    """With ``kafka.record_time: log-append-time``, refuse unless the input topic confirms
-    ``message.timestamp.type=LogAppendTime`` (every process that decides inclusion checks it).
-
-    Raises:
-        RecordTimeRefused: the topic reports another type, or none.
-    """
-    if k.record_time != "log-append-time":
-        return
-    kind = topic_timestamp_type(k, k.input_topic)
-    if kind != "LogAppendTime":
-        raise RecordTimeRefused(
-            f"kafka.record_time is log-append-time but the input topic {k.input_topic!r} reports "
-            f"message.timestamp.type={kind or 'unknown (the cluster did not say)'}: producers would "
-            "choose the record times that decide which events count, so one person's clock could "
-            "move other people's events out of their timestep. Fix: set the topic config "
-            "message.timestamp.type=LogAppendTime (kafka-configs --alter --entity-type topics "
-            f"--entity-name {k.input_topic} --add-config message.timestamp.type=LogAppendTime), or, "
-            "only if every producer's clock is trusted, set kafka.record_time: trusted-create-time")
 
 
 def checkpoint_records(cp: Checkpoint, settings: Settings, now: float | None = None) -> list[OutRecord]:
@@ -250,7 +192,7 @@ class Service:
         settings: validated settings.
         metrics, health: shared with the HTTP server.
         stop: set it to stop the loop (signal handlers do only that).
-        failpoint: test hook (see :class:`Failpoints`).
+        failpoint: test hook (see :class:`stream.service.failpoints.Failpoints`).
         max_timesteps: stop after this many timesteps were released (demo).
     """
 
@@ -330,7 +272,7 @@ class Service:
                                     configs={k.input_topic: {"message.timestamp.type": "LogAppendTime"}})
             if created:
                 log(_log, logging.INFO, "created topics", topics=created)
-        check_log_append_time(k)
+        check_log_append_time(k, topic_timestamp_type)
         if k.record_time != "watermark" and s.stream.start is None:
             raise RecordTimeRefused(
                 f"kafka.record_time is {k.record_time} but stream.start is not set: the first timestep must "
@@ -938,142 +880,3 @@ class Service:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _install_signals(stop: threading.Event) -> None:
-    def handler(signum: int, frame: Any) -> None:  # only sets the flag
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, handler)
-
-
-def _watchdog(stop: threading.Event, finished: threading.Event, timeout_s: float) -> None:
-    """If a stop was requested and the loop is stuck (e.g. a hanging commit), leave after ``timeout_s``."""
-    stop.wait()
-    if not finished.wait(timeout_s):
-        log(_log, logging.ERROR, "shutdown timed out; exiting (the journal makes the next start safe)",
-            timeout_seconds=timeout_s)
-        os._exit(EXIT_FAILED)
-
-
-def run_service(
-    settings: Settings,
-    *,
-    stop: threading.Event | None = None,
-    metrics: Metrics | None = None,
-    health: Health | None = None,
-    install_signals: bool = True,
-    http: bool = True,
-    max_timesteps: int | None = None,
-    on_started: Callable[[Service, HttpServer | None], None] | None = None,
-) -> int:
-    """Run the service until stopped; returns the process exit code.
-
-    0: stopped (SIGTERM/SIGINT or ``max_timesteps``); 2: refused to start
-    (configuration drift, lost or inconsistent journal: fail closed); 1: a
-    fatal error (fenced by another instance, Kafka unusable, …).
-    """
-    from stream.service.codecs import (
-        SLOW_CRC_WARNING,
-        crc32c_accelerated,
-        missing_codecs,
-        missing_codecs_message,
-    )
-
-    missing = missing_codecs()
-    if missing:  # a compressed upstream batch would stop the stream later: refuse now
-        log(_log, logging.ERROR, "refusing to start", error=missing_codecs_message(missing),
-            error_type="MissingCodec")
-        return EXIT_REFUSED
-    if not crc32c_accelerated():  # correct but slow: warn, with the consequence and the fix
-        log(_log, logging.WARNING, SLOW_CRC_WARNING)
-    shared = settings.privacy.shared_population
-    if shared is not None:  # streams over the same people add up (docs/privacy.md §10)
-        from stream.service.population import (
-            PopulationRefused,
-            entry_for,
-            ledger_path,
-            register_stream,
-        )
-
-        try:
-            register_stream(ledger_path(settings), shared.name, shared.cap, entry_for(settings))
-        except PopulationRefused as exc:
-            log(_log, logging.ERROR, "refusing to start", error=str(exc), error_type="PopulationRefused")
-            return EXIT_REFUSED
-    stop = stop or threading.Event()
-    metrics = metrics or Metrics()
-    health = health or Health()
-    # readiness also follows the loop (stalled: not ready) and the broker (stream/service/probe.py);
-    # dpstream_ready reads /readyz's answer at every scrape
-    health.stall_after = max(LOOP_STALL_MIN_S, 3 * settings.kafka.request_timeout_ms / 1000)
-    metrics.track_ready(health.is_ready)
-    probe: BrokerProbe | None = None
-    failpoints = Failpoints(os.environ.get("DPSTREAM_FAILPOINT"))
-    if install_signals and threading.current_thread() is threading.main_thread():
-        _install_signals(stop)
-    finished = threading.Event()
-    threading.Thread(target=_watchdog, args=(stop, finished, settings.service.shutdown_timeout.total_seconds()),
-                     name="dpstream-watchdog", daemon=True).start()
-    if settings.service.role == "worker":  # scale-out: no journal, no noise (stream/service/worker.py)
-        from stream.service.worker import run_worker
-
-        # /metrics, /healthz, /readyz as for any process (a worker publishes no domain: /domain 404s)
-        worker_server = HttpServer(make_app(metrics.registry, health, lambda: None), settings.service.http_host,
-                                   settings.service.http_port).start() if http else None
-
-        def started(worker: Any, _server: Any) -> None:
-            nonlocal probe  # a worker's partitions move with the group: probe the ones it owns now
-            probe = BrokerProbe(settings.kafka, worker.probe_partitions, health=health, metrics=metrics).start()
-            if on_started is not None:
-                on_started(worker, worker_server)
-
-        try:
-            return run_worker(settings, stop=stop, metrics=metrics, health=health, on_started=started)
-        finally:
-            finished.set()
-            if probe is not None:
-                probe.stop()
-            if worker_server is not None:
-                worker_server.stop()
-    if settings.service.role == "releaser":  # scale-out: the one process that releases
-        from stream.service.releaser import Releaser
-
-        service: Service = Releaser(settings, metrics=metrics, health=health, stop=stop, failpoint=failpoints,
-                                    max_timesteps=max_timesteps)
-    else:
-        service = Service(settings, metrics=metrics, health=health, stop=stop, failpoint=failpoints,
-                          max_timesteps=max_timesteps)
-    server = None
-    if http:
-        server = HttpServer(make_app(metrics.registry, health, lambda: service.domain_bytes or None),
-                            settings.service.http_host, settings.service.http_port).start()
-    try:
-        if http:
-            service.public, service.public_server = start_public(settings, lambda: service.domain_bytes or None)
-        try:
-            service.start()
-        except JournalError as exc:
-            health.set(False, f"refused to start: {exc}")
-            log(_log, logging.ERROR, "refusing to start", error=str(exc), error_type=type(exc).__name__)
-            return EXIT_REFUSED
-        reader = service.reader
-        probe = BrokerProbe(settings.kafka, lambda: reader.tps if reader is not None else [],
-                            health=health, metrics=metrics).start()
-        if on_started is not None:
-            on_started(service, server)
-        return service.run()
-    except (KafkaIOError, ServiceError, StateError, JournalError) as exc:
-        health.set(False, f"failed: {exc}")
-        log(_log, logging.ERROR, "service failed", error=str(exc), error_type=type(exc).__name__)
-        return EXIT_FAILED
-    finally:
-        finished.set()
-        if probe is not None:
-            probe.stop()
-        service.close()
-        if server is not None:
-            server.stop()
-        if service.public_server is not None:
-            service.public_server.stop()

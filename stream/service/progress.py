@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stream.service.kafka_io import KafkaIOError
+from stream.service.kafka_errors import KafkaIOError, wrap_error
 
 __all__ = ["EndObservation", "EndProbe", "RecordTimeGuard", "RecordTimeViolation", "partition_frontier",
            "read_to_end", "LOG_APPEND_TIME"]
@@ -110,8 +110,6 @@ class EndProbe:
         """
         now = self.clock()
         if tps and now - self._asked_at >= self.min_interval:
-            from stream.service.kafka_io import wrap_error
-
             try:
                 ends = self.consumer.end_offsets(list(tps))
             except Exception as exc:  # noqa: BLE001

@@ -39,6 +39,7 @@ from stream.pipeline import ReleasePipeline, SealedRelease
 __all__ = [
     "FakeKafka",
     "fake_kafka_parts",
+    "fake_launcher_parts",
     "ManualClock",
     "MemorySource",
     "MemorySink",
@@ -421,5 +422,10 @@ def fake_kafka_parts(kafka: FakeKafka) -> dict[str, Any]:
         "read_tail": lambda k, topic, *, key, last, **kw: list(kafka.tail)[-last:],
         "make_producer": lambda *a, **kw: _FakeProducer(),
         "TransactionalWriter": lambda producer, group_metadata, state_topic, failpoint: _FakeWriter(kafka),
-        "BrokerProbe": _FakeProbe,  # run_service's probe would dial kafka.bootstrap_servers
     }
+
+
+def fake_launcher_parts() -> dict[str, Any]:
+    """Replacements for what ``stream.service.launcher`` imports that would dial Kafka: apply with
+    ``monkeypatch.setattr(stream.service.launcher, name, value)`` next to :func:`fake_kafka_parts`."""
+    return {"BrokerProbe": _FakeProbe}  # run_service's probe would dial kafka.bootstrap_servers

@@ -41,6 +41,7 @@ from stream.service.http import Health
 from stream.service.kafka_io import (
     KafkaIOError,
     OutRecord,
+    check_log_append_time,
     dead_letter_limit,
     ensure_topics,
     make_consumer,
@@ -147,8 +148,6 @@ class Worker:
             ensure_topics(k, {k.input_topic: k.topic_partitions, self.shuffle: 1, k.dead_letter_topic: 1,
                               k.late_topic: 1},
                           configs={k.input_topic: {"message.timestamp.type": "LogAppendTime"}})
-        from stream.service.loop import check_log_append_time
-
         check_log_append_time(k)  # the worker decides inclusion: same refusal as one process
         self.consumer = make_consumer(k, auto_offset_reset="earliest")
         self.consumer.subscribe([k.input_topic], listener=_Listener(self))

@@ -79,7 +79,7 @@ def test_production_commands_work_without_it(tmp_path):
     cfg.write_text("privacy: {unit: user-level, epsilon: 1, horizon: 10, cutoff: 2, population: 100}\n"
                    "schema: {attributes: [{name: x, kind: categorical, values: [a, b]}]}\n"
                    "release: {noise_floor: true}\n")
-    code = WITHOUT + ("import stream.service.loop, stream.service.worker, stream.service.releaser\n"
+    code = WITHOUT + ("import stream.service.launcher, stream.service.loop, stream.service.worker, stream.service.releaser\n"
                       "from stream.commands.cli import main\n"
                       f"sys.exit(main(['check-config', {str(cfg)!r}]))")
     result = _python(code)

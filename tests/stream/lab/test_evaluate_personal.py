@@ -129,7 +129,7 @@ def test_coins_are_drawn_per_run(tmp_path):
     truth = load_truth(settings, events)
     engine_inputs = []
     for seed in (1, 2):
-        eng = settings.personal_declaration().engine(settings, Randomness.seeded(seed))
+        eng = settings.engine(Randomness.seeded(seed))
         state = eng.initial_state()
         rows: PersonalRows = truth.personal
         slots = eng.slots(state, rows.flat[0] // rows.bins, rows.persons[0], rows.cell(0))

@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import stream.service.launcher as launcher_mod
 import stream.service.loop as loop_mod
 from stream.config import load_settings
-from stream.service.testing import FakeKafka, fake_kafka_parts
+from stream.service.testing import FakeKafka, fake_kafka_parts, fake_launcher_parts
 from tests.kafka_harness import InProcessService
 
 START = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -64,7 +65,7 @@ def settings_for(state_dir: Any, *, two_d: bool = False, unit: str = "user-level
 def paced_service(monkeypatch: Any, settings: Any, *, pace: float = 0.3, two_d: bool = False,
                   events_per_step: int = 60, kafka: FakeKafka | None = None,
                   burst: int = 0) -> tuple[InProcessService, FakeKafka]:
-    """Patch FakeKafka into ``stream.service.loop`` and return the (not yet started) service and its Kafka.
+    """Patch FakeKafka into ``stream.service.loop`` (and ``launcher``) and return the (not yet started) service and its Kafka.
 
     ``burst``: the first timesteps of input arrive without waiting (history for a page to load)."""
     k = kafka or FakeKafka(start=START, events_per_step=events_per_step, two_d=two_d, output_topic="out")
@@ -73,6 +74,8 @@ def paced_service(monkeypatch: Any, settings: Any, *, pace: float = 0.3, two_d: 
     parts["InputReader"] = lambda *a, **kw: _Paced(make_reader(*a, **kw), k, pace, burst)
     for name, value in parts.items():
         monkeypatch.setattr(loop_mod, name, value)
+    for name, value in fake_launcher_parts().items():
+        monkeypatch.setattr(launcher_mod, name, value)
     return InProcessService(settings), k
 
 

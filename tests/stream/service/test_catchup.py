@@ -18,8 +18,8 @@ import signal
 import numpy as np
 import pytest
 
+from stream.service.failpoints import FAILPOINTS
 from stream.service.journal import Journal
-from stream.service.loop import FAILPOINTS
 from tests.kafka_harness import (  # noqa: F401
     STEP,
     T0,

@@ -52,7 +52,7 @@ def test_pyproject_declares_the_codec_libraries() -> None:
 
 
 def test_service_refuses_to_start_without_a_codec(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
-    from stream.service.loop import run_service
+    from stream.service.launcher import run_service
 
     monkeypatch.setattr(kafka.codec, "has_lz4", lambda: False)
     with caplog.at_level(logging.ERROR):

@@ -20,8 +20,8 @@ import signal
 
 import pytest
 
+from stream.service.failpoints import COMPACTION_FAILPOINTS
 from stream.service.journal import Journal
-from stream.service.loop import COMPACTION_FAILPOINTS
 from tests.kafka_harness import (  # noqa: F401
     broker,
     check_published,

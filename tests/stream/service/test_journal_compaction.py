@@ -1,7 +1,7 @@
 """Journal compaction (issue 19 item 2): bounded size, bounded index, and kill -9 at every point.
 
 Each crash test compacts a journal in a child process armed with a compaction failpoint
-(``DPSTREAM_FAILPOINT``, the service's own :class:`~stream.service.loop.Failpoints`), so the
+(``DPSTREAM_FAILPOINT``, the service's own :class:`~stream.service.failpoints.Failpoints`), so the
 child dies by SIGKILL exactly there: half-way through writing the new file, after it was written
 and fsync'd but before the rename, and right after the rename. The parent then reopens the
 journal as a restarting service would and checks that recovery is the same as without the crash:
@@ -97,7 +97,7 @@ def _recovery_view(d: Path, marker_lag: int) -> dict:
 CHILD = textwrap.dedent("""
     import sys
     from stream.service.journal import Journal
-    from stream.service.loop import Failpoints
+    from stream.service.failpoints import Failpoints
     import os
     j = Journal.open(sys.argv[1], "s")
     j.failpoint = Failpoints(os.environ["DPSTREAM_FAILPOINT"])

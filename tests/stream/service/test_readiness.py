@@ -199,7 +199,7 @@ def test_a_stalled_loop_is_not_ready():
 
 def test_run_service_arms_the_stall_rule_and_the_ready_gauge(tmp_path, monkeypatch):
     """run_service wires the stall rule and dpstream_ready before anything can fail."""
-    from stream.service import loop
+    from stream.service import launcher, loop
 
     captured: dict[str, Any] = {}
 
@@ -210,7 +210,7 @@ def test_run_service_arms_the_stall_rule_and_the_ready_gauge(tmp_path, monkeypat
     monkeypatch.setattr(loop.Service, "start", fake_start)
     settings = settings_from(service_config("127.0.0.1:1", tmp_path / "state"))
     metrics, health = Metrics(), Health()
-    assert loop.run_service(settings, metrics=metrics, health=health, install_signals=False, http=False) == 2
-    assert captured["stall"] == max(loop.LOOP_STALL_MIN_S, 3 * settings.kafka.request_timeout_ms / 1000)
+    assert launcher.run_service(settings, metrics=metrics, health=health, install_signals=False, http=False) == 2
+    assert captured["stall"] == max(launcher.LOOP_STALL_MIN_S, 3 * settings.kafka.request_timeout_ms / 1000)
     health.set(True, "running")
     assert metrics.registry.get_sample_value("dpstream_ready") == 1.0

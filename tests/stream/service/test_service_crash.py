@@ -17,7 +17,7 @@ import signal
 import pytest
 import yaml
 
-from stream.service.loop import FAILPOINTS
+from stream.service.failpoints import FAILPOINTS
 from tests.kafka_harness import (  # noqa: F401
     T0,
     broker,
