@@ -28,7 +28,9 @@ common=(min.insync.replicas=${MIN_ISR:-2} unclean.leader.election.enable=false)
 create "$P.events" "$PARTITIONS" "${common[@]}" retention.ms=604800000 message.timestamp.type=LogAppendTime
 # Releases: one record per timestep, key = stream id (one partition keeps them in order).
 # Public output; keep forever (or as long as the publication promise says).
-create "$P.releases" 1 "${common[@]}" retention.ms=-1 max.message.bytes=1048588
+# message.timestamp.type=CreateTime: keep each release's scheduled timestamp S(c) (service.publish:
+# on-schedule) even where the cluster default is LogAppendTime (docs/privacy.md §1.3).
+create "$P.releases" 1 "${common[@]}" retention.ms=-1 max.message.bytes=1048588 message.timestamp.type=CreateTime
 # Dead letters and late events: raw input bytes — as sensitive as the input topic.
 create "$P.dead-letters" 1 "${common[@]}" retention.ms=1209600000
 create "$P.late" 1 "${common[@]}" retention.ms=1209600000

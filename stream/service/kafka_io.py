@@ -765,6 +765,26 @@ class RecordTimeRefused(JournalError):
     """The input topic's record timestamps cannot be confirmed broker-stamped: refuse to start (exit 2)."""
 
 
+def output_timestamp_warning(settings: Any,
+                             timestamp_type: Callable[[KafkaSection, str], str | None] | None = None) -> str | None:
+    """A warning when ``service.publish: on-schedule`` stamps each release with its scheduled time
+    ``S(c)`` but the output topic reports ``message.timestamp.type=LogAppendTime``: the broker then
+    overwrites that timestamp with the append time ``S(c) + δ`` (``docs/privacy.md`` §1.3). None when
+    the topic keeps the producer's timestamp, when the cluster does not say, or with ``when-complete``.
+
+    Not fatal: the append time tells what the release's arrival already tells; what is lost is the
+    documented, data-independent record timestamp that dashboards can rely on.
+    """
+    if settings.service.publish != "on-schedule":
+        return None
+    k = settings.kafka
+    if (timestamp_type or topic_timestamp_type)(k, k.output_topic) != "LogAppendTime":
+        return None
+    return ("the output topic has message.timestamp.type=LogAppendTime: the broker replaces each release's "
+            "scheduled timestamp S(c) with its append time. Fix: kafka-configs --alter --entity-type topics "
+            f"--entity-name {k.output_topic} --add-config message.timestamp.type=CreateTime")
+
+
 def check_log_append_time(k: KafkaSection,
                           timestamp_type: Callable[[KafkaSection, str], str | None] | None = None) -> None:
     """With ``kafka.record_time: log-append-time``, refuse unless the input topic confirms

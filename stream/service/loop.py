@@ -105,6 +105,7 @@ from stream.service.kafka_io import (
     dead_letter_limit,
     ensure_topics,
     make_producer,
+    output_timestamp_warning,
     read_tail,
     safe_rejection_records,
     topic_timestamp_type,
@@ -207,6 +208,7 @@ class Service:
         self.health = health
         self.stop = stop
         self.failpoint = failpoint or (lambda _name: None)
+        self._output_timestamp_warning: str | None = None  # said once the start can no longer fail
         #: where the stream stops (``--max-timesteps``, ``stream.end``; stream/service/catchup.py)
         self.end = StreamEnd(Grid.from_settings(settings), max_timesteps, settings.stream.end)
         self.stream_id = settings.stream.id
@@ -269,10 +271,14 @@ class Service:
             created = ensure_topics(k, {k.input_topic: k.topic_partitions, k.output_topic: k.topic_partitions,
                                         k.dead_letter_topic: k.topic_partitions, k.late_topic: k.topic_partitions,
                                         k.state_topic: 1},
-                                    configs={k.input_topic: {"message.timestamp.type": "LogAppendTime"}})
+                                    configs={k.input_topic: {"message.timestamp.type": "LogAppendTime"},
+                                             # explicit: a cluster default of LogAppendTime would
+                                             # overwrite each release's scheduled timestamp S(c)
+                                             k.output_topic: {"message.timestamp.type": "CreateTime"}})
             if created:
                 log(_log, logging.INFO, "created topics", topics=created)
         check_log_append_time(k, topic_timestamp_type)
+        self._output_timestamp_warning = output_timestamp_warning(s, topic_timestamp_type)
         if k.record_time != "watermark" and s.stream.start is None:
             raise RecordTimeRefused(
                 f"kafka.record_time is {k.record_time} but stream.start is not set: the first timestep must "
@@ -351,6 +357,8 @@ class Service:
         log(_log, logging.INFO, "started", stream=self.stream_id, next_timestep=self.pipeline.next_index,
             journal_checkpoints=journal.last_seq, partitions=len(self.reader.partitions),
             resumed_from_offsets=bool(plan.resume_offsets))
+        if self._output_timestamp_warning:  # after the start can no longer fail (a fatal error comes alone)
+            log(_log, logging.WARNING, self._output_timestamp_warning)
         self.health.set(True, "running")
 
     def _log_catch_up(self) -> None:

@@ -416,7 +416,7 @@ def fake_kafka_parts(kafka: FakeKafka) -> dict[str, Any]:
     """
     return {
         "ensure_topics": lambda *a, **kw: [],
-        "topic_timestamp_type": lambda *a, **kw: "LogAppendTime",
+        "topic_timestamp_type": lambda k, topic: "LogAppendTime" if topic == k.input_topic else "CreateTime",
         "InputReader": lambda *a, **kw: _FakeReader(kafka),
         "committed_marker": lambda *a, **kw: kafka.marker,
         "read_tail": lambda k, topic, *, key, last, **kw: list(kafka.tail)[-last:],

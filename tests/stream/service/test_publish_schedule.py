@@ -12,6 +12,7 @@ both are released at D(0) + clock_skew + margin exactly, with that time as the r
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -142,7 +143,8 @@ def _timestep0() -> list[tuple[float, float, bytes]]:
 
 
 def _run(monkeypatch: Any, settings: Any, records: Sequence[tuple[float, float, bytes]], *, start: float = T,
-         timesteps: int = 1, **partition: Any) -> tuple[list[tuple[float, int, bytes]], Metrics]:
+         timesteps: int = 1, output_type: str = "CreateTime",
+         **partition: Any) -> tuple[list[tuple[float, int, bytes]], Metrics]:
     clock = ManualClock(start)
     stop = threading.Event()
     kafka = FakeKafka(start=T, output_topic="out")
@@ -150,6 +152,7 @@ def _run(monkeypatch: Any, settings: Any, records: Sequence[tuple[float, float, 
     parts = fake_kafka_parts(kafka)
     parts["InputReader"] = lambda *a, **kw: _Partition(clock, records, stop, **partition)
     parts["TransactionalWriter"] = lambda *a, **kw: writer
+    parts["topic_timestamp_type"] = lambda k, topic: "LogAppendTime" if topic == k.input_topic else output_type
     for name, value in parts.items():
         monkeypatch.setattr(loop_mod, name, value)
     metrics = Metrics()
@@ -294,3 +297,21 @@ def test_the_scale_out_releaser_keeps_the_same_schedule(tmp_path):
     assert rel.pipeline.next_index == 1
     assert _value(rel.metrics, "dpstream_timesteps_behind_schedule_total") == 1
     assert _value(rel.metrics, "dpstream_release_behind_schedule_seconds") == pytest.approx(3)
+
+
+@pytest.mark.parametrize("publish, output_type, warned", [
+    ("on-schedule", "LogAppendTime", True), ("on-schedule", "CreateTime", False),
+    ("on-schedule", None, False), ("when-complete", "LogAppendTime", False)])
+def test_an_output_topic_that_overwrites_the_scheduled_timestamp_is_said_once_started(
+        tmp_path, monkeypatch, caplog, publish, output_type, warned):
+    """Under on-schedule each release is stamped S(c); an output topic with LogAppendTime replaces
+    that with the append time. The service says so (one WARNING naming the fix, after the start can
+    no longer fail) and still releases; it says nothing when the topic keeps CreateTime, when the
+    cluster does not say (None: the embedded broker), or with when-complete."""
+    caplog.set_level(logging.WARNING)
+    out, _ = _run(monkeypatch, _settings(tmp_path, publish=publish), _timestep0(), output_type=output_type)
+    assert len(out) == 1
+    said = [r for r in caplog.records if "message.timestamp.type=LogAppendTime" in r.getMessage()]
+    assert len(said) == (1 if warned else 0), [r.getMessage() for r in caplog.records]
+    if warned:
+        assert "message.timestamp.type=CreateTime" in said[0].getMessage()
