@@ -59,6 +59,7 @@ from histogram.mechanism import Mechanism
 from histogram.noise import Randomness
 from histogram.personalized import BudgetLevels, PersonalBudgets, PersonalizedMechanism
 from histogram.postprocess import STATEFUL, PostProcessor, chain_text, parse_chain
+from stream.alert_settings import AlertsSection, QuerySettings, declared_queries
 
 __all__ = [
     "ConfigError", "Settings", "load_settings", "missing_files", "parse_duration", "format_duration",
@@ -808,6 +809,9 @@ class Settings(BaseSettings):
     kafka: KafkaSection = Field(default_factory=KafkaSection)
     service: ServiceSection = Field(default_factory=ServiceSection)
     input: InputSection = Field(default_factory=InputSection)
+    #: declared queries and their detectors, and where alerts go (stream/alert_settings.py; issue 33)
+    queries: list[QuerySettings] = Field(default_factory=list, max_length=50)
+    alerts: AlertsSection = Field(default_factory=AlertsSection)
     #: the personal budget declaration, consent table included, as read once at start-up
     _personal: Any = PrivateAttr(default=None)
 
@@ -1107,6 +1111,8 @@ class Settings(BaseSettings):
                if self.privacy.personal is not None else {}),
             # with a table, the head counts per budget level the plan is built on (public: the plan's
             # weights are published); declared privacy.personal.persons are in "privacy" already
+            # declared queries only when some are (their answers are in every release message)
+            **({"queries": [q.model_dump(mode="json") for q in self.queries]} if self.queries else {}),
             **({"personal_head_counts": [[str(e), n] for e, n in zip(
                 self.personal_declaration().levels.epsilons, self.personal_declaration().levels.counts, strict=True)]}
                if self.privacy.personal is not None and self.privacy.personal.table is not None else {}),
@@ -1128,6 +1134,10 @@ class Settings(BaseSettings):
             # fingerprint by setting it; left unset, the pairwise default is a changed stream (refused)
             del copula["decision_space"]
         return view
+
+    def declared_queries(self) -> tuple[Any, ...]:
+        """``queries:`` resolved against the domain (:class:`histogram.declared.DeclaredQuery`)."""
+        return declared_queries(self.queries, self.domain())
 
     def fingerprint(self) -> str:
         """SHA-256 of :meth:`privacy_view` in canonical JSON (hex)."""
@@ -1151,7 +1161,8 @@ class Settings(BaseSettings):
             self.method_spec()
             self.engine()
             self.postprocessor()
-        except (ConfigurationError, HistogramError) as exc:
+            self.declared_queries()
+        except (ConfigurationError, HistogramError, ValueError) as exc:
             raise ConfigError(f"invalid configuration: {exc}") from exc
         return self
 
