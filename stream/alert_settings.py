@@ -22,13 +22,16 @@ configuration fingerprint when any query is declared (the release messages carry
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from histogram.declared import DeclaredQuery
 
-__all__ = ["DetectorSettings", "QuerySettings", "AlertsSection", "declared_queries"]
+__all__ = ["DetectorSettings", "PrivateAlertSettings", "QuerySettings", "AlertsSection", "declared_queries",
+           "private_engine"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
@@ -65,12 +68,21 @@ class DetectorSettings(_Frozen):
         return self
 
 
+class PrivateAlertSettings(_Frozen):
+    """A private threshold alert on the query's *true* answer at every republished timestep
+    (sparse vector; costs budget: ``alerts.private_share``; ``docs/privacy.md`` §14.1)."""
+
+    above: float
+    max_alerts: int = Field(default=1, ge=1, le=1000)
+
+
 class QuerySettings(_Frozen):
     """One declared query (see the module docstring)."""
 
     name: str
     where: dict[str, str | int | list[str | int]] = Field(default_factory=dict)
     detectors: list[DetectorSettings] = Field(default_factory=list, max_length=3)
+    private: PrivateAlertSettings | None = None
 
     @field_validator("name")
     @classmethod
@@ -88,9 +100,64 @@ class QuerySettings(_Frozen):
 
 
 class AlertsSection(_Frozen):
-    """Where alert events go: ``topic`` (written in the same Kafka transaction as the release)."""
+    """Where alert events go: ``topic`` (written in the same Kafka transaction as the release), and
+    ``private_share``: the share of ``privacy.epsilon`` the private threshold alerts get together
+    (split equally between them; the decision policy and the releases get the rest)."""
 
     topic: str = "dpstream.alerts"
+    private_share: Fraction | None = None
+
+    @field_validator("private_share", mode="before")
+    @classmethod
+    def _share(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        share = Fraction(str(v))
+        if not 0 < share < 1:
+            raise ValueError(f"alerts.private_share {v} must lie strictly between 0 and 1 (e.g. 1/10)")
+        return share
+
+
+def private_engine(settings: Any, build: Any) -> Any:
+    """The stream's engine with its private threshold alerts (``build(spec)`` builds the plain engine).
+
+    The decision policy runs with ``ε·(1 − share)``; each private alert's SVT instance gets
+    ``ε·share / alerts``; one accountant of ε charges both.
+
+    Raises:
+        ValueError: private alerts on a w-event, personalized or model-release stream, or without
+            ``alerts.private_share``.
+    """
+    from dataclasses import replace
+
+    from controller.private_alerts import AlertingPolicy, PrivateAlert
+    from controller.step import Engine
+    from controller.svt import SVTCalibration
+    from controller.units import UserLevel
+
+    private = [q for q in settings.queries if q.private is not None]
+    share = settings.alerts.private_share
+    if share is None:
+        raise ValueError("queries declare private alerts but alerts.private_share is not set: declare the share of "
+                         "privacy.epsilon they may spend (e.g. 1/10)")
+    if settings.privacy.unit != "user-level" or settings.privacy.personal is not None:
+        raise ValueError("private alerts need privacy.unit: user-level without privacy.personal")
+    if settings.release.mechanism not in ("lpa", "psd"):
+        raise ValueError("private alerts test the histogram's counts: use release.mechanism lpa or psd")
+    spec = settings.method_spec()
+    unit = spec.unit
+    inner = build(replace(spec, unit=UserLevel(unit.epsilon * (1 - share), unit.horizon, unit.cutoff)))
+    if getattr(inner.policy, "smooth", None) is not None:
+        raise ValueError(f"private alerts cannot wrap release.decision {settings.release.decision}")
+    declared = {d.name: d for d in settings.declared_queries()}
+    each = unit.epsilon * share / len(private)
+    alerts = []
+    for q in private:
+        d = declared[q.name]
+        flat = np.ravel_multi_index(np.ix_(*[np.asarray(k) for k in d.levels]), d.shape).ravel()
+        cal = SVTCalibration.build(each, q.private.max_alerts, spec.sensitivity, spec.svt_split)  # type: ignore[arg-type]
+        alerts.append(PrivateAlert(q.name, tuple(sorted(int(b) for b in flat)), float(q.private.above), cal))
+    return Engine(AlertingPolicy(inner.policy, tuple(alerts), unit), inner.mechanism, inner.bins)
 
 
 def _levels(name: str, attr: Any, spec: str | int | list[str | int]) -> tuple[int, ...]:

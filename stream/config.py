@@ -59,7 +59,7 @@ from histogram.mechanism import Mechanism
 from histogram.noise import Randomness
 from histogram.personalized import BudgetLevels, PersonalBudgets, PersonalizedMechanism
 from histogram.postprocess import STATEFUL, PostProcessor, chain_text, parse_chain
-from stream.alert_settings import AlertsSection, QuerySettings, declared_queries
+from stream.alert_settings import AlertsSection, QuerySettings, declared_queries, private_engine
 
 __all__ = [
     "ConfigError", "Settings", "load_settings", "missing_files", "parse_duration", "format_duration",
@@ -1048,6 +1048,11 @@ class Settings(BaseSettings):
 
     def engine(self) -> Engine | PersonalEngine:
         """Decision policy + mechanism, ready to step (one sub-stream per part under ``privacy.personal``)."""
+        if any(q.private is not None for q in self.queries):  # private threshold alerts (issue 33)
+            try:
+                return private_engine(self, lambda spec: build_engine(spec, self.mechanism(), self.domain().size))
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
         if self.privacy.personal is not None:
             return self.personal_declaration().engine(self)
         return build_engine(self.method_spec(), self.mechanism(), self.domain().size)
@@ -1113,6 +1118,8 @@ class Settings(BaseSettings):
             # weights are published); declared privacy.personal.persons are in "privacy" already
             # declared queries only when some are (their answers are in every release message)
             **({"queries": [q.model_dump(mode="json") for q in self.queries]} if self.queries else {}),
+            **({"alerts_private_share": str(self.alerts.private_share)}
+               if any(q.private is not None for q in self.queries) else {}),
             **({"personal_head_counts": [[str(e), n] for e, n in zip(
                 self.personal_declaration().levels.epsilons, self.personal_declaration().levels.counts, strict=True)]}
                if self.privacy.personal is not None and self.privacy.personal.table is not None else {}),

@@ -145,6 +145,24 @@ class QueryAnswerInfo(_Model):
     bins: int = Field(ge=1, description="histogram bins the query sums")
 
 
+class PrivateAlertInfo(_Model):
+    """One private threshold alert's outcome at this timestep (``queries[].private``; issue 33).
+
+    A sparse-vector test of the query's true answer against the public threshold, run at the
+    timesteps the decision republishes (``docs/privacy.md`` §14.1): ``fired`` is its noisy answer,
+    ``positives`` how many it gave so far (it stops testing at ``max_alerts``). ``charged_exact``
+    is the ε charged for it at this timestep (its whole ``epsilon_exact``, once, at timestep 0).
+    """
+
+    name: str
+    tested: bool
+    fired: bool
+    positives: int = Field(ge=0)
+    max_alerts: int = Field(ge=1)
+    charged_exact: str = Field(pattern=_FRACTION)
+    epsilon_exact: str = Field(pattern=_FRACTION)
+
+
 class PersonalTier(_Model):
     """One budget tier of a personalized stream (``privacy.personal``): its declared ε and its ledger."""
 
@@ -220,6 +238,8 @@ class ReleaseMessage(_Model):
     )
     queries: list[QueryAnswerInfo] | None = Field(
         default=None, description="declared queries' answers (configuration queries:); absent when none is declared")
+    private_alerts: list[PrivateAlertInfo] | None = Field(
+        default=None, description="private threshold alerts' outcomes (queries[].private); absent without them")
 
     @model_validator(mode="after")
     def _version(self) -> ReleaseMessage:
@@ -380,7 +400,7 @@ def canonical_bytes(obj: Any) -> bytes:
 
 def _dump(model: BaseModel) -> dict[str, Any]:
     data = model.model_dump(mode="json")
-    for optional in ("details", "personal", "queries"):
+    for optional in ("details", "personal", "queries", "private_alerts"):
         if data.get(optional, 0) is None:
             del data[optional]
     return data
@@ -392,7 +412,7 @@ _SENTINEL_JSON = json.dumps(_SENTINEL).encode()
 
 def _release_bytes(message: ReleaseMessage, counts_text: bytes) -> bytes:
     data = message.model_dump(mode="json", exclude={"counts"})
-    for optional in ("details", "personal", "queries"):
+    for optional in ("details", "personal", "queries", "private_alerts"):
         if data.get(optional, 0) is None:
             del data[optional]
     if data["method"].get("postprocess", 0) is None:  # version-1 messages stay byte for byte as they were
@@ -620,6 +640,7 @@ class MessageBuilder:
             config_fingerprint=self.fingerprint,
             details=details,
             personal=None if not getattr(release, "personal", None) else PersonalInfo.model_validate(release.personal),
+            private_alerts=[PrivateAlertInfo.model_validate(o) for o in getattr(release, "private_alerts", ())] or None,
         )
 
     def _model_release(self, release: Release, start: datetime, end: datetime) -> ModelReleaseMessage:

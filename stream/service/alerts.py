@@ -49,6 +49,7 @@ def alert_event(*, stream: str, release: dict[str, Any], answer: dict[str, Any],
                 statistic: float, limit: float) -> bytes:
     """The canonical JSON of one alert event (the value of one record on the alerts topic)."""
     what = ("the released answer is above the declared threshold" if detector == "threshold"
+            else "the private threshold test (sparse vector, charged) answered above" if detector == "private"
             else f"the {detector} chart of the released answers is above its control limit")
     doc = {"message_type": "alert", "version": ALERT_VERSION, "stream": stream, "query": answer["name"],
            "detector": detector, "timestep": release["timestep"]["index"],
@@ -71,7 +72,11 @@ class AlertWatch:
                 d.kind: make_detector(d.kind, above=d.above, limit=d.limit, slack=d.slack, weight=d.weight,
                                       baseline=d.baseline, season=d.season, target=d.target)
                 for d in q.detectors}
-        metrics.declare_queries([(name, list(dets)) for name, dets in self.detectors.items()])
+        #: queries with a private threshold alert: its positives (published in the release) become
+        #: alert events too, detector "private"
+        self.private = {q.name for q in settings.queries if q.private is not None}
+        metrics.declare_queries([(name, [*dets, *(["private"] if name in self.private else [])])
+                                 for name, dets in self.detectors.items()])
         #: the last timestep whose release was fed (a re-sent release is never fed twice)
         self.last_timestep = -1
         #: the last source timestep fed to the detectors (republished releases add no evidence)
@@ -94,9 +99,17 @@ class AlertWatch:
             fresh = release["kind"] == "fresh" and source is not None and source > self.last_source
             if fresh:
                 self.last_source = int(source)
+            private = {o["name"]: o for o in release.get("private_alerts") or ()}
             for answer in release.get("queries") or ():
                 name = answer["name"]
                 stats: list[tuple[str, float | None, bool]] = []
+                outcome = private.get(name)
+                if outcome is not None and outcome["tested"]:  # the SVT's published answer, as released
+                    stats.append(("private", float(outcome["positives"]), bool(outcome["fired"])))
+                    if outcome["fired"]:
+                        out.append(JournaledOutput(ALERT_ROLE, f"{self.stream}:{name}:private".encode(), alert_event(
+                            stream=self.stream, release=release, answer=answer, detector="private",
+                            statistic=float(outcome["positives"]), limit=float(outcome["max_alerts"]))))
                 for kind, det in self.detectors.get(name, {}).items():
                     if not fresh:
                         continue

@@ -153,3 +153,43 @@ def test_metrics_show_committed_answers_only() -> None:
     assert get("dpstream_query_half_width", {"query": "everyone"}) == releases[-1]["queries"][1]["half_width"]
     fired = sum(1 for r in releases if r["queries"][0]["value"] > 0)
     assert get("dpstream_alerts_total", {"query": "old_f", "detector": "threshold"}) == fired
+
+
+PRIVATE = [{"name": "f", "where": {"sex": "F"}, "private": {"above": 150, "max_alerts": 2}}]
+
+
+def test_private_alerts_are_charged_published_and_become_alert_events() -> None:
+    """Issue 33 item 3: the alert's ε is in the release's ledger and ε spent, each timestep says
+    whether it was tested and what it answered, and a positive is an alert event (detector
+    "private"); the share and the alert are part of the fingerprint."""
+    s = small_settings(queries=PRIVATE, alerts={"private_share": "1/4"}, release={"decision": "dsat"},
+                       privacy={"epsilon": 8, "horizon": 20, "cutoff": 4})
+    ev = [{"user_id": f"u{t}-{i}", "event_time": t * 60 + 1 + i * 0.1, "attributes": {"age": 5.0, "sex": "MF"[i % 2]}}
+          for t in range(12) for i in range(200 if t < 6 else 500)]
+    releases = _releases(s, EventBatch.from_records(ev))
+    first = releases[0]
+    assert first["private_alerts"][0]["charged_exact"] == "2" and first["private_alerts"][0]["epsilon_exact"] == "2"
+    assert all(r["private_alerts"][0]["charged_exact"] == "0" for r in releases[1:])
+    assert all(not r["private_alerts"][0]["tested"] for r in releases if r["kind"] == "fresh")
+    fired = [r["timestep"]["index"] for r in releases if r["private_alerts"][0]["fired"]]
+    assert fired and len(fired) <= 2 and min(fired) >= 6
+    from fractions import Fraction
+    assert all(Fraction(r["epsilon_spent_exact"]) <= 8 for r in releases)
+    watch = AlertWatch(s, Metrics())
+    events = [json.loads(o.value) for o in watch.observe([json.dumps(r).encode() for r in releases])]
+    assert sorted(e["timestep"] for e in events if e["detector"] == "private") == fired
+    other = small_settings(queries=PRIVATE, alerts={"private_share": "1/5"}, release={"decision": "dsat"},
+                           privacy={"epsilon": 8, "horizon": 20, "cutoff": 4})
+    assert other.fingerprint() != s.fingerprint()
+
+
+@pytest.mark.parametrize(("sections", "says"), [
+    ({}, "alerts.private_share is not set"),
+    ({"alerts": {"private_share": "1/4"}, "privacy": {"unit": "w-event", "epsilon": 1, "w": 5, "cutoff": 2}}, "user-level"),
+    ({"alerts": {"private_share": "1/4"}, "release": {"decision": "uniform", "mechanism": "marginals"}}, "lpa or psd"),
+])
+def test_private_alerts_refuse_what_the_proof_does_not_cover(sections, says) -> None:
+    with pytest.raises(ConfigError, match=says):
+        small_settings(queries=PRIVATE, **sections).validate_all()
+    with pytest.raises(ConfigError, match="strictly between 0 and 1"):
+        small_settings(queries=PRIVATE, alerts={"private_share": "1"})
