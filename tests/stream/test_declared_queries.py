@@ -178,6 +178,8 @@ def test_private_alerts_are_charged_published_and_become_alert_events() -> None:
     watch = AlertWatch(s, Metrics())
     events = [json.loads(o.value) for o in watch.observe([json.dumps(r).encode() for r in releases])]
     assert sorted(e["timestep"] for e in events if e["detector"] == "private") == fired
+    # a journaled checkpoint re-sent after a crash is not fed again: its private positives stay single
+    assert watch.observe([json.dumps(r).encode() for r in releases]) == []
     other = small_settings(queries=PRIVATE, alerts={"private_share": "1/5"}, release={"decision": "dsat"},
                            privacy={"epsilon": 8, "horizon": 20, "cutoff": 4})
     assert other.fingerprint() != s.fingerprint()
@@ -193,3 +195,27 @@ def test_private_alerts_refuse_what_the_proof_does_not_cover(sections, says) -> 
         small_settings(queries=PRIVATE, **sections).validate_all()
     with pytest.raises(ConfigError, match="strictly between 0 and 1"):
         small_settings(queries=PRIVATE, alerts={"private_share": "1"})
+
+
+def test_a_restored_engine_continues_the_private_alerts_exactly() -> None:
+    """The SVT instance (ρ, positives) is in the engine snapshot the journal keeps: a restart
+    continues it (same answers on the same noise), never redraws ρ or recharges."""
+    from histogram.noise import Randomness
+
+    s = small_settings(queries=[{"name": "f", "where": {"sex": "F"}, "private": {"above": 60, "max_alerts": 3}}],
+                       alerts={"private_share": "1/4"}, release={"decision": "dsat"},
+                       privacy={"epsilon": 8, "horizon": 20, "cutoff": 4})
+    engine, noise = s.engine(), Randomness.seeded(4)
+    counts = [np.full(20, 4 if t < 5 else 9, dtype=np.int64) for t in range(12)]
+    state = engine.initial_state()
+    straight = []
+    for t in range(12):
+        release, state = engine.step(state, counts[t], noise.drawer("x", t))
+        straight.append(release)
+        if t == 5:
+            saved = json.loads(json.dumps(engine.snapshot(state)))
+    state = engine.restore(saved)
+    for t in range(6, 12):
+        release, state = engine.step(state, counts[t], noise.drawer("x", t))
+        assert release.private_alerts == straight[t].private_alerts and release.ledger == straight[t].ledger
+    assert any(r.private_alerts[0]["fired"] for r in straight[6:])
