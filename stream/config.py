@@ -1156,6 +1156,10 @@ class Settings(BaseSettings):
 
         ``release.decision: auto`` is checked with a placeholder method here; the commands replace it
         with the planner's choice (:func:`stream.commands.load_resolved`)."""
+        try:  # queries: resolved against the domain (a malformed one says what to write)
+            self.declared_queries()
+        except (HistogramError, ValueError) as exc:
+            raise ConfigError(f"invalid configuration: {exc}") from exc
         if self.release.decision == "auto":
             try:
                 self.domain()
@@ -1168,8 +1172,7 @@ class Settings(BaseSettings):
             self.method_spec()
             self.engine()
             self.postprocessor()
-            self.declared_queries()
-        except (ConfigurationError, HistogramError, ValueError) as exc:
+        except (ConfigurationError, HistogramError) as exc:
             raise ConfigError(f"invalid configuration: {exc}") from exc
         return self
 
