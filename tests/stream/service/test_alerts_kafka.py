@@ -59,17 +59,17 @@ def _run(bootstrap: str, tmp_path, zygote, failpoint: str, broken: bool | str = 
     produce(bootstrap, topic_in, [m for b in batches[:5] for m in b])
     heartbeat(bootstrap, topic_in, 5, lateness=60, event_timestep=50)
     pid = zygote.spawn(config, tmp_path / "a.log", broken=broken)
-    wait_for(lambda: released() >= 5, what="first 5 releases")
+    wait_for(lambda: released() >= 5, timeout=90, what="first 5 releases")
     os.kill(pid, signal.SIGTERM)
-    assert zygote.wait(pid, 20) == 0
+    assert zygote.wait(pid, 60) == 0
     produce(bootstrap, topic_in, [m for b in batches[5:] for m in b])
     heartbeat(bootstrap, topic_in, 10, lateness=60, event_timestep=50)
     pid = zygote.spawn(config, tmp_path / "b.log", env={"DPSTREAM_FAILPOINT": failpoint}, broken=broken)
-    assert zygote.wait(pid, 30) == -signal.SIGKILL, (tmp_path / "b.log").read_text()[-2000:]
+    assert zygote.wait(pid, 90) == -signal.SIGKILL, (tmp_path / "b.log").read_text()[-2000:]
     pid = zygote.spawn(config, tmp_path / "c.log", broken=broken)
-    wait_for(lambda: released() >= 10, what="10 releases")
+    wait_for(lambda: released() >= 10, timeout=90, what="10 releases")
     os.kill(pid, signal.SIGTERM)
-    assert zygote.wait(pid, 20) == 0
+    assert zygote.wait(pid, 60) == 0
     releases = releases_by_timestep(read_all(bootstrap, topic_out, timeout_s=5))
     alerts = {r.value for r in read_all(bootstrap, cfg["alerts"]["topic"], timeout_s=5)}
     return cfg, releases, alerts
