@@ -154,6 +154,8 @@ class Release:
         ledger: ledger entries charged or extended during this step.
         details: mechanism extras of a fresh release (e.g. PSD's tree).
         model: a model release's model (repeated when republished); None for histograms.
+        private_alerts: private threshold alerts' public outcomes at this timestep (tested, fired,
+            positives so far, ε charged; :mod:`controller.private_alerts`); empty without them.
     """
 
     timestep: int
@@ -171,6 +173,7 @@ class Release:
     ledger: tuple[LedgerEntry, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] | None = None
+    private_alerts: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -266,6 +269,8 @@ class Engine:
             fresh_count += 1
             details = dict(noisy.details)
             policy_state = self.policy.on_fresh(policy_state, t)
+        outcomes = getattr(self.policy, "outcomes", None)  # private threshold alerts, when declared
+        private_alerts = outcomes(policy_state) if outcomes is not None else ()
         changed = tuple(e for e in acct.entries if before.get(e.seq) != e)
         window = acct.window_spend(t) if isinstance(acct, WindowAccountant) else None
         release = Release(
@@ -284,6 +289,7 @@ class Engine:
             ledger=changed,
             details=details,
             model=last.model,
+            private_alerts=private_alerts,
         )
         return release, EngineState(t + 1, fresh_count, acct, policy_state, last)
 

@@ -48,6 +48,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
 
 from controller.step import Release
+from histogram.declared import answer_counts, discrete_laplace_variance, sum_half_width
+from histogram.lpa import LaplaceMechanism
 from histogram.postprocess import Processed
 
 __all__ = [
@@ -125,6 +127,42 @@ class Accuracy(_Model):
     epsilon_exact: str = Field(pattern=_FRACTION)
 
 
+class QueryAnswerInfo(_Model):
+    """One declared query's answer (``queries:`` in the configuration; issue 33), from this release.
+
+    ``value`` is the released counts summed over the query's bins (or the released model's
+    estimate): post-processing, no privacy cost. With probability ``accuracy.confidence`` over the
+    noise of the fresh release it comes from, the true answer *of that timestep* lies within
+    ``value ± half_width`` (a valid bound, ``histogram.declared.sum_half_width``); ``variance`` is
+    the answer's noise variance (counts²). Both are null when no interval is claimed (before the
+    first fresh release; PSD, model releases, post-processed counts).
+    """
+
+    name: str
+    value: float
+    half_width: float | None = Field(ge=0)
+    variance: float | None = Field(ge=0)
+    bins: int = Field(ge=1, description="histogram bins the query sums")
+
+
+class PrivateAlertInfo(_Model):
+    """One private threshold alert's outcome at this timestep (``queries[].private``; issue 33).
+
+    A sparse-vector test of the query's true answer against the public threshold, run at the
+    timesteps the decision republishes (``docs/privacy.md`` §14.1): ``fired`` is its noisy answer,
+    ``positives`` how many it gave so far (it stops testing at ``max_alerts``). ``charged_exact``
+    is the ε charged for it at this timestep (its whole ``epsilon_exact``, once, at timestep 0).
+    """
+
+    name: str
+    tested: bool
+    fired: bool
+    positives: int = Field(ge=0)
+    max_alerts: int = Field(ge=1)
+    charged_exact: str = Field(pattern=_FRACTION)
+    epsilon_exact: str = Field(pattern=_FRACTION)
+
+
 class PersonalTier(_Model):
     """One budget tier of a personalized stream (``privacy.personal``): its declared ε and its ledger."""
 
@@ -198,6 +236,10 @@ class ReleaseMessage(_Model):
     personal: PersonalInfo | None = Field(
         default=None, description="privacy.personal streams: per-tier budgets and ledgers, the parts; absent otherwise"
     )
+    queries: list[QueryAnswerInfo] | None = Field(
+        default=None, description="declared queries' answers (configuration queries:); absent when none is declared")
+    private_alerts: list[PrivateAlertInfo] | None = Field(
+        default=None, description="private threshold alerts' outcomes (queries[].private); absent without them")
 
     @model_validator(mode="after")
     def _version(self) -> ReleaseMessage:
@@ -288,6 +330,8 @@ class ModelReleaseMessage(_Model):
     window_epsilon_spent_exact: str | None = Field(pattern=_FRACTION)
     fresh_releases: int = Field(ge=0, description="fresh releases so far, this one included")
     config_fingerprint: str = Field(pattern=_HEX64)
+    queries: list[QueryAnswerInfo] | None = Field(
+        default=None, description="declared queries' answers (configuration queries:); absent when none is declared")
 
     def to_bytes(self) -> bytes:
         return canonical_bytes(_dump(self))
@@ -356,7 +400,7 @@ def canonical_bytes(obj: Any) -> bytes:
 
 def _dump(model: BaseModel) -> dict[str, Any]:
     data = model.model_dump(mode="json")
-    for optional in ("details", "personal"):
+    for optional in ("details", "personal", "queries", "private_alerts"):
         if data.get(optional, 0) is None:
             del data[optional]
     return data
@@ -368,7 +412,7 @@ _SENTINEL_JSON = json.dumps(_SENTINEL).encode()
 
 def _release_bytes(message: ReleaseMessage, counts_text: bytes) -> bytes:
     data = message.model_dump(mode="json", exclude={"counts"})
-    for optional in ("details", "personal"):
+    for optional in ("details", "personal", "queries", "private_alerts"):
         if data.get(optional, 0) is None:
             del data[optional]
     if data["method"].get("postprocess", 0) is None:  # version-1 messages stay byte for byte as they were
@@ -500,6 +544,39 @@ class MessageBuilder:
         self.names = [a.name for a in settings.domain().attributes]
         self.budget = _frac(settings.privacy.epsilon)
         self._settings = settings
+        self.queries = settings.declared_queries()
+        mechanism = settings.mechanism()
+        #: the public sensitivity when every bin carries independent discrete Laplace noise as drawn
+        #: (LPA without post-processing): the declared queries' intervals need it; else None
+        self._lpa_sensitivity = (mechanism.sensitivity if isinstance(mechanism, LaplaceMechanism)
+                                 and not self.post.chain and self.view is None else None)
+
+    def query_answers(self, release: Release, counts: np.ndarray | None = None,
+                      message: BaseModel | None = None) -> list[QueryAnswerInfo] | None:
+        """The declared queries' answers of one release: from its (published) ``counts``, or from the
+        model-release ``message``; None when no query is declared (the message then has no field)."""
+        if not self.queries:
+            return None
+        if counts is None:
+            from stream.answers import answerer  # the model answerers read the message
+
+            levels = self.queries[0].shape
+            ans = answerer(message.model_dump(mode="json"), levels, self.names)  # type: ignore[union-attr]
+            values = [sum(float(ans.box(lo, hi).value) for lo, hi in q.boxes()) for q in self.queries]
+        else:
+            values = [answer_counts(counts, q) for q in self.queries]
+        scale = None
+        if self._lpa_sensitivity is not None and release.source_timestep is not None and release.epsilon_release > 0:
+            scale = Fraction(self._lpa_sensitivity) / Fraction(release.epsilon_release)
+        out = []
+        for q, v in zip(self.queries, values, strict=True):
+            hw = var = None
+            if scale is not None:
+                hw = _rounded(np.asarray([sum_half_width(scale, q.bins, float(release.confidence))]))[0]
+                var = _rounded(np.asarray([q.bins * discrete_laplace_variance(scale)]))[0]
+            out.append(QueryAnswerInfo(name=q.name, value=_rounded(np.asarray([v]))[0], half_width=hw,
+                                       variance=var, bins=q.bins))
+        return out
 
     def release(self, release: Release, start: datetime, end: datetime,
                 processed: Processed | None = None) -> ReleaseMessage:
@@ -519,6 +596,9 @@ class MessageBuilder:
         """
         if self.view is not None:
             model_message = self._model_release(release, start, end)
+            if self.queries:
+                model_message = model_message.model_copy(
+                    update={"queries": self.query_answers(release, message=model_message)})
             return model_message, model_message.to_bytes()  # type: ignore[return-value]
         if processed is None:
             if self.post.stateful:
@@ -527,7 +607,8 @@ class MessageBuilder:
                                            release.confidence, release.kind == "fresh")
         counts = _count_array(processed.counts)
         head = self._validated(release, start, end, processed.half_width)
-        message = head.model_copy(update={"counts": counts.tolist()})
+        message = head.model_copy(update={"counts": counts.tolist(),
+                                          "queries": self.query_answers(release, counts)})
         return message, _release_bytes(message, _counts_text(counts))
 
     def _validated(self, release: Release, start: datetime, end: datetime,
@@ -559,6 +640,7 @@ class MessageBuilder:
             config_fingerprint=self.fingerprint,
             details=details,
             personal=None if not getattr(release, "personal", None) else PersonalInfo.model_validate(release.personal),
+            private_alerts=[PrivateAlertInfo.model_validate(o) for o in getattr(release, "private_alerts", ())] or None,
         )
 
     def _model_release(self, release: Release, start: datetime, end: datetime) -> ModelReleaseMessage:

@@ -1060,6 +1060,15 @@ CATALOGUE: dict[str, AuditEntry] = {
         "exact: the whole plan for two inputs that differ from each other and from the declared population "
         "equals the plan from configuration alone",
     ),
+    "private-alerts": AuditEntry(
+        "engine", "tests.controller.test_private_alert_audit", None,
+        {v: Catch("test_a_broken_private_alert_is_caught", {"variant": v})
+         for v in ("query noise not scaled by c", "undercharged", "threshold redrawn")},
+        "exact, on a recorded engine run (DSAT + two private alerts): one charge of ε_a per alert at timestep 0, "
+        "one ρ draw, one ν per tested (republished, below-cutoff) timestep, each answer = q + ν ≥ above + ρ from "
+        "the recorded draws, Lyu's bound from the recorded scales ≤ the charge; CP lower bound over the SVT "
+        "pairs at the production scales ≤ ε_a",
+    ),
     "bd-rounding": AuditEntry(
         "engine", "tests.controller.test_bd_rounding", None,
         {"publication ε rounded up": Catch("test_rounding_up_is_caught", {})},

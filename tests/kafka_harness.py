@@ -384,6 +384,8 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
                     os.environ.update(cmd["env"])
                     if cmd["broken"] == "lose-filter-state":
                         install_lost_filter_state()
+                    elif cmd["broken"] == "lose-alert-state":
+                        install_lost_alert_state()
                     elif cmd["broken"]:
                         install_broken_recovery()
                     code = run_command.run(argparse.Namespace(config=cmd["config"], max_timesteps=None))
@@ -438,6 +440,15 @@ def install_lost_filter_state() -> None:
     from histogram.postprocess import PostProcessor, PostState
 
     PostProcessor.state_from_json = lambda self, data, bins: PostState()  # type: ignore[method-assign]
+
+
+def install_lost_alert_state() -> None:
+    """The deliberately broken variant of a stream with detectors: a restart starts the declared
+    queries' detectors over (their journaled state ignored), so a chart's alerts after a restart
+    differ from those of an uninterrupted run."""
+    from stream.service.alerts import AlertWatch
+
+    AlertWatch.restore = lambda self, state: None  # type: ignore[method-assign]
 
 
 # ---------------------------------------------------------------------------

@@ -61,6 +61,7 @@ STREAM_LAYERS = {
     "stream/config": ("stream.service", "stream.lab", "stream.commands"),
     "stream/messages.py": ("stream.service", "stream.lab", "stream.commands"),
     "stream/pipeline.py": ("stream.service", "stream.lab", "stream.commands"),
+    "stream/answers.py": ("stream.service", "stream.lab", "stream.commands"),
 }
 
 
@@ -87,7 +88,7 @@ def test_stream_layer_check_catches_a_service_import_in_ingest(tmp_path):
         (tmp_path / part).mkdir(parents=True)
         for path in (ROOT / part).glob("*.py"):
             (tmp_path / part / path.name).write_text(path.read_text())
-    for name in ("messages.py", "pipeline.py"):
+    for name in ("messages.py", "pipeline.py", "answers.py"):
         (tmp_path / "stream" / name).write_text((ROOT / "stream" / name).read_text())
     for path in (ROOT / "stream" / "config").rglob("*.py"):
         copy = tmp_path / path.relative_to(ROOT)
@@ -103,7 +104,8 @@ def test_stream_layer_check_catches_a_service_import_in_ingest(tmp_path):
 
 def test_stream_lists_the_three_jobs_and_what_they_share():
     listing = sorted(p.name for p in (ROOT / "stream").iterdir() if not p.name.startswith(("_", ".")))
-    assert listing == ["commands", "config", "ingest", "lab", "messages.py", "pipeline.py", "schemas", "service"]
+    assert listing == ["answers.py", "commands", "config", "ingest", "lab", "messages.py", "pipeline.py", "schemas",
+                       "service"]
 
 
 RANDOM_CALLS = ("default_rng", "RandomState", "SystemRandom", "token_bytes", "urandom", "AESCounter", "Generator")

@@ -21,6 +21,8 @@ Where a setting is validated (one job per module; read top to bottom):
                       method's parameters via ``controller.method``); ``validate`` runs them all
 ``personal``          ``privacy.personal``'s declaration and consent table, with its checks
                       against the rest of the configuration
+``alerts``            ``queries:`` and ``alerts:`` (issue 33): declared queries, detectors, the
+                      private alerts' share, and the engine that wraps the policy with them
 ``fingerprint``       which settings change what a release means or costs, hashed
 ``view``              what ``building``/``personal``/``fingerprint`` read of :class:`Settings` (a protocol)
 ``loading``           ``load_settings``: the YAML read strictly, error lines, files that must exist

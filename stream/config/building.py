@@ -25,6 +25,7 @@ from histogram.lpa import LaplaceMechanism
 from histogram.mechanism import Mechanism
 from histogram.noise import Randomness
 from histogram.postprocess import PostProcessor
+from stream.config.alerts import private_engine
 from stream.config.errors import ConfigError
 from stream.config.sections import (
     HISTOGRAM_ONLY_DECISIONS,
@@ -238,6 +239,11 @@ def build_engine(settings: SettingsView, *, decision: str | None = None, mechani
     spec = method_spec(settings, decision)
     mech = build_mechanism(settings) if mechanism is None else mechanism
     bins = domain(settings).size
+    if any(q.private is not None for q in settings.queries):  # private threshold alerts (issue 33)
+        try:
+            return private_engine(settings, lambda s: _method.build_engine(s, mech, bins), spec)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
     if settings.privacy.personal is None:
         return _method.build_engine(spec, mech, bins)
     declaration = settings.personal_declaration()
@@ -264,6 +270,10 @@ def validate(settings: SettingsView) -> None:
     Raises:
         ConfigError: ``invalid configuration: <what was wrong and what to do>``.
     """
+    try:  # queries: resolved against the domain (a malformed one says what to write)
+        settings.declared_queries()
+    except (HistogramError, ValueError) as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from exc
     try:
         domain(settings)
         if settings.release.decision == "auto":

@@ -52,6 +52,10 @@ def privacy_view(settings: SettingsView) -> dict[str, Any]:
         # keyed digest (controller.personal)
         **({"personal_declaration": settings.personal_declaration().budgets.public_fingerprint()}
            if personal is not None else {}),
+        # declared queries only when some are (their answers are in every release message)
+        **({"queries": [q.model_dump(mode="json") for q in settings.queries]} if settings.queries else {}),
+        **({"alerts_private_share": str(settings.alerts.private_share)}
+           if any(q.private is not None for q in settings.queries) else {}),
         # with a table, the head counts per budget level the plan is built on (public: the plan's
         # weights are published); declared privacy.personal.persons are in "privacy" already
         **({"personal_head_counts": [[str(e), n] for e, n in zip(

@@ -31,6 +31,7 @@ from histogram.mechanism import Mechanism
 from histogram.noise import Randomness
 from histogram.postprocess import PostProcessor
 from stream.config import building
+from stream.config.alerts import AlertsSection, QuerySettings, declared_queries
 from stream.config.errors import ENV_PREFIX
 from stream.config.fingerprint import fingerprint_of, privacy_view
 from stream.config.personal import PersonalDeclaration, declare
@@ -95,6 +96,9 @@ class Settings(BaseSettings):
     kafka: KafkaSection = Field(default_factory=KafkaSection)
     service: ServiceSection = Field(default_factory=ServiceSection)
     input: InputSection = Field(default_factory=InputSection)
+    #: declared queries and their detectors, and where alerts go (:mod:`stream.config.alerts`; issue 33)
+    queries: list[QuerySettings] = Field(default_factory=list, max_length=50)
+    alerts: AlertsSection = Field(default_factory=AlertsSection)
     #: the personal budget declaration, consent table included, as read once at start-up
     _personal: Any = PrivateAttr(default=None)
 
@@ -234,6 +238,10 @@ class Settings(BaseSettings):
     def privacy_view(self) -> dict[str, Any]:
         """Everything that changes what a release means or costs (JSON-ready)."""
         return privacy_view(self)
+
+    def declared_queries(self) -> tuple[Any, ...]:
+        """``queries:`` resolved against the domain (:class:`histogram.declared.DeclaredQuery`)."""
+        return declared_queries(self.queries, self.domain())
 
     def fingerprint(self) -> str:
         """SHA-256 of :meth:`privacy_view` in canonical JSON (hex)."""

@@ -44,6 +44,16 @@ class SettingsView(Protocol):
     @property
     def service(self) -> ServiceSection: ...
 
+    @property
+    def queries(self) -> list[Any]: ...
+
+    @property
+    def alerts(self) -> Any: ...
+
+    def declared_queries(self) -> tuple[Any, ...]:
+        """``queries:`` resolved against the domain (:mod:`stream.config.alerts`)."""
+        ...
+
     def domain(self) -> Domain:
         """The public histogram domain."""
         ...

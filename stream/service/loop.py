@@ -70,6 +70,7 @@ from stream.ingest.formats import input_decoder
 from stream.ingest.windowing import Grid
 from stream.messages import parse_message
 from stream.pipeline import JOURNAL_VERSION, ReleasePipeline, SealedRelease
+from stream.service.alerts import ALERT_ROLE, AlertWatch
 from stream.service.catchup import (
     LARGE_CATCH_UP,
     LAST_RECORD,
@@ -149,7 +150,8 @@ def checkpoint_records(cp: Checkpoint, settings: Settings, now: float | None = N
     """
     k = settings.kafka
     key = settings.stream.id.encode()
-    topics = {"domain": k.output_topic, "dead_letter": k.dead_letter_topic, "late": k.late_topic}
+    topics = {"domain": k.output_topic, "dead_letter": k.dead_letter_topic, "late": k.late_topic,
+              ALERT_ROLE: settings.alerts.topic}
     schedule = PublishSchedule.from_settings(settings)
     step_s = settings.stream.timestep.total_seconds()
     records = [OutRecord(k.output_topic, o.key, o.value, o.headers) for o in cp.outputs if o.role == "domain"]
@@ -240,6 +242,8 @@ class Service:
         #: the public port's feed (stream/service/public.py): committed release bytes only
         self.public: ReleaseFeed | None = None
         self.public_server: HttpServer | None = None
+        #: the declared queries' detectors (None: no query declared; stream/service/alerts.py)
+        self.alerts: AlertWatch | None = None
         #: service.publish: on-schedule (None: when-complete); the wall clock it is read against
         #: (epoch seconds; tests inject a manual clock)
         self.schedule = PublishSchedule.from_settings(settings)
@@ -270,7 +274,8 @@ class Service:
         if k.create_topics:
             created = ensure_topics(k, {k.input_topic: k.topic_partitions, k.output_topic: k.topic_partitions,
                                         k.dead_letter_topic: k.topic_partitions, k.late_topic: k.topic_partitions,
-                                        k.state_topic: 1},
+                                        k.state_topic: 1,
+                                        **({s.alerts.topic: k.topic_partitions} if s.queries else {})},
                                     configs={k.input_topic: {"message.timestamp.type": "LogAppendTime"},
                                              # explicit: a cluster default of LogAppendTime would
                                              # overwrite each release's scheduled timestamp S(c)
@@ -317,7 +322,8 @@ class Service:
         for note in plan.notes:
             log(_log, level, "recovery", note=note)
         self.producer = make_producer(k, transactional_id_for(k, self.stream_id))
-        for topic in (k.output_topic, k.dead_letter_topic, k.late_topic, k.state_topic):
+        for topic in (k.output_topic, k.dead_letter_topic, k.late_topic, k.state_topic,
+                      *((s.alerts.topic,) if s.queries else ())):
             self.producer.partitions_for(topic)  # metadata now, not inside the first transaction
         self.writer = TransactionalWriter(self.producer, self.reader.group_metadata, k.state_topic, self.failpoint)
         if plan.redo is None:
@@ -336,6 +342,8 @@ class Service:
             # the idle clock restarts with the process (the snapshot has no wall time)
             self.pipeline.window.last_event_wall = time.time()
         self.open_events = {int(c): int(n) for c, n in (windowing.get("open_events") or {}).items()}
+        # declared queries' detectors, resumed from the checkpoint (issue 33; stream/service/alerts.py)
+        self.alerts = AlertWatch(s, self.metrics, windowing.get("alerts")) if s.queries else None
         # per-partition record-time progress at the checkpoint: the restarted service resumes with the
         # same completeness evidence (a journal without it, from an older build, starts with none: that
         # only delays completeness, it never changes what a timestep holds)
@@ -679,11 +687,14 @@ class Service:
         pending, self.pending = self.pending, _Pending()
         releases = tuple(self._journaled_release(s) for s, _ in pending.releases)
         window = self.pipeline.window.snapshot(include_buffers=True)
+        # alert events of these releases: in this checkpoint, hence in the same transaction
+        alerts = () if self.alerts is None else tuple(self.alerts.observe([r.message for r in releases]))
         cp = Checkpoint(self.journal.last_seq + 1, dict(self.committed), dict(self.positions), releases,
-                        tuple(pending.outputs),
+                        tuple(pending.outputs) + alerts,
                         {"window": window, "open_events": {str(c): n for c, n in self.open_events.items()},
                          "record_times": {str(p): t for p, t in sorted(self.record_times.items())},
-                         **({"end": self.end.last.snapshot()} if self.end.last is not None else {})})
+                         **({"end": self.end.last.snapshot()} if self.end.last is not None else {}),
+                         **({"alerts": self.alerts.snapshot()} if self.alerts is not None else {})})
         t0 = time.monotonic()
         self._append(cp)
         self.metrics.journal_fsync.observe(time.monotonic() - t0)
@@ -696,6 +707,8 @@ class Service:
         self.committed_seq = cp.seq
         m = self.metrics
         m.checkpoint_duration.observe(done - started)
+        if self.alerts is not None:
+            self.alerts.committed()
         for (sealed, sealed_at), r in zip(pending.releases, releases, strict=True):
             m.seal_to_publish.observe(done - sealed_at)
             m.timesteps_sealed.inc()

@@ -69,9 +69,16 @@ CLASSES: dict[str, str] = {
     "dpstream_broker_probe_failures": "health",
     "dpstream_cluster_lost": "health",
     "dpstream_start_time_seconds": "health",
+    # declared queries (issue 33): released answers and detectors on them, one series per declared
+    # query (and detector kind): computed from committed release messages and public configuration only
+    "dpstream_query_value": "public",
+    "dpstream_query_half_width": "public",
+    "dpstream_query_detector_statistic": "public",
+    "dpstream_query_alert_firing": "public",
+    "dpstream_alerts": "public",
 }
 #: The only label names a metric may have, each with a closed set of values from code or configuration.
-LABELS = frozenset({"reason", "kind", "outcome", "retriable", "partition"})
+LABELS = frozenset({"reason", "kind", "outcome", "retriable", "partition", "query", "detector"})
 
 NAMESPACE = "dpstream"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -182,12 +189,37 @@ class Metrics:
                                 "stalled releases counts from here until the first release.",
                                 namespace=ns, registry=r)
         self.start_time.set_to_current_time()
+        self.query_value = Gauge(
+            "query_value", "A declared query's answer in the last committed release (configuration queries:; "
+            "post-processing of the release message, which carries it).", ["query"], namespace=ns, registry=r)
+        self.query_half_width = Gauge(
+            "query_half_width", "Half-width of that answer's accuracy interval at the release's confidence "
+            "(NaN: no interval claimed).", ["query"], namespace=ns, registry=r)
+        self.query_statistic = Gauge(
+            "query_detector_statistic", "A detector's statistic after the last fresh release (threshold: the "
+            "answer; cusum, ewma: the chart in standard deviations); NaN until it has a baseline.",
+            ["query", "detector"], namespace=ns, registry=r)
+        self.query_firing = Gauge(
+            "query_alert_firing", "1 when the detector fired on the last fresh release of the query, else 0.",
+            ["query", "detector"], namespace=ns, registry=r)
+        self.alerts = Counter("alerts", "Alert events published on the alerts topic, by query and detector.",
+                              ["query", "detector"], namespace=ns, registry=r)
         self.info = Info("build", "Stream identity and method (public configuration).", namespace=ns, registry=r)
 
     # -- helpers used by the service ------------------------------------------------
     def track_ready(self, is_ready: Callable[[], bool]) -> None:
         """``dpstream_ready`` reads ``is_ready()`` at every scrape: it always agrees with ``/readyz``."""
         self.ready.set_function(lambda: 1.0 if is_ready() else 0.0)
+
+    def declare_queries(self, queries: list[tuple[str, list[str]]]) -> None:
+        """Export one series per declared query and detector from the start (0 / NaN until released)."""
+        for name, detectors in queries:
+            self.query_value.labels(name).set(float("nan"))
+            self.query_half_width.labels(name).set(float("nan"))
+            for d in detectors:
+                self.query_statistic.labels(name, d).set(float("nan"))
+                self.query_firing.labels(name, d).set(0)
+                self.alerts.labels(name, d)
 
     def set_budget(self, *, budget: Fraction, spent: Fraction, remaining: Fraction, exhausted: bool) -> None:
         self.epsilon_budget.set(float(budget))

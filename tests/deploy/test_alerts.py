@@ -39,7 +39,7 @@ def test_the_healthy_case_checks_every_alert_and_each_scenario_is_there():
     assert silent == {a["alert"] for a in _alerts()}, "the healthy case must assert silence for every alert"
     fired = {c["alertname"] for t in doc["tests"] for c in t["alert_rule_test"] if c["exp_alerts"]}
     assert {"DpstreamBrokerUnreachable", "DpstreamNotReady", "DpstreamReleasesStalled", "DpstreamDown",
-            "DpstreamBudgetExhausted"} <= fired
+            "DpstreamBudgetExhausted", "DpstreamQueryAlert"} <= fired
     exhausted = by_name["budget exhausted informs, does not page"]
     labels = [a["exp_labels"]["severity"] for c in exhausted["alert_rule_test"] for a in c["exp_alerts"]]
     assert labels == ["info"]
@@ -72,3 +72,11 @@ def test_the_unit_tests_fail_on_broken_rules(tmp_path):
     text = _broken(tmp_path / "c", lambda s: s.replace('dpstream_ready{job="dpstream"} == 0',
                                                        'absent(dpstream_readiness{job="dpstream"})'))
     assert "DpstreamNotReady" in text
+    # declared queries (issue 33): a rule that never sees the counted alert event stays silent on the rise
+    text = _broken(tmp_path / "d", lambda s: s.replace('increase(dpstream_alerts_total{job="dpstream"}[15m]) > 0',
+                                                       'dpstream_alerts_total{job="dpstream"} > 1'))
+    assert "declared query rise notifies" in text
+    # ... and one on the raw released answer (no noise model) notifies on a steady, noisy stream
+    text = _broken(tmp_path / "e", lambda s: s.replace('increase(dpstream_alerts_total{job="dpstream"}[15m]) > 0',
+                                                       'dpstream_query_value{job="dpstream"} > 102'))
+    assert "declared query steady stream is quiet" in text

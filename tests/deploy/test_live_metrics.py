@@ -33,7 +33,12 @@ pytestmark = pytest.mark.kafka
 
 @pytest.fixture(scope="module")
 def scrape(broker, tmp_path_factory) -> str:  # noqa: F811
-    settings = settings_from(service_config(broker.bootstrap, tmp_path_factory.mktemp("live") / "state", seed=3))
+    cfg = service_config(broker.bootstrap, tmp_path_factory.mktemp("live") / "state", seed=3)
+    # a declared query with detectors (issue 33): its dpstream_query_* and dpstream_alerts series
+    # must be on the page (the alert rule and the dashboard panels use them), and it pages nobody
+    cfg["queries"] = [{"name": "young_f", "where": {"age": "0-2", "sex": "F"},
+                       "detectors": [{"kind": "threshold", "above": 1.0e9}, {"kind": "cusum", "limit": 5}]}]
+    settings = settings_from(cfg)
     with InProcessService(settings) as svc:
         topic = settings.kafka.input_topic
         produce(broker.bootstrap, topic, [json.dumps(event(f"u{i}", t)).encode() for t in range(3) for i in range(5)]
@@ -61,6 +66,15 @@ def test_every_alert_and_dashboard_metric_is_on_a_running_services_metrics_page(
     values = {s.name: s.value for fam in text_string_to_metric_families(scrape) for s in fam.samples if not s.labels}
     assert values["dpstream_ready"] == 1 and values["dpstream_broker_connected"] == 1
     assert values["dpstream_last_release_timestamp_seconds"] > 0 and values["dpstream_start_time_seconds"] > 0
+    labelled = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for fam in text_string_to_metric_families(scrape) for s in fam.samples}
+    value = labelled[("dpstream_query_value", (("query", "young_f"),))]
+    width = labelled[("dpstream_query_half_width", (("query", "young_f"),))]
+    assert value == value and width > 0, "a released answer and its interval, not the NaN placeholders"
+    assert labelled[("dpstream_alerts_total", (("detector", "threshold"), ("query", "young_f")))] == 0
+    # bounded cardinality: one series per declared query (and detector), never per bin
+    assert sum(1 for k in labelled if k[0] == "dpstream_query_value") == 1
+    assert sum(1 for k in labelled if k[0] == "dpstream_query_detector_statistic") == 2
 
 
 def _series(text: str, ready: float | None = None) -> list[dict[str, str]]:
@@ -72,7 +86,8 @@ def _series(text: str, ready: float | None = None) -> list[dict[str, str]]:
             value = ready if (ready is not None and s.name == "dpstream_ready") else s.value
             labels = {**s.labels, "job": "dpstream", "instance": "live:8000"}
             sel = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
-            out.append({"series": f"{s.name}{{{sel}}}", "values": f"{value!r}x40"})
+            text = " ".join(["NaN"] * 41) if value != value else f"{value!r}x40"  # a detector before its baseline
+            out.append({"series": f"{s.name}{{{sel}}}", "values": text})
     out.append({"series": 'up{instance="live:8000",job="dpstream"}', "values": "1x40"})
     return out
 

@@ -198,10 +198,25 @@
   }
 
   // -- drawing ----------------------------------------------------------------------------------
+  function renderDeclared(r) { // the declared queries' answers the release carries (issue 33)
+    const qs = r.queries || [];
+    $("declared-panel").hidden = qs.length === 0;
+    const body = $("declared-rows");
+    body.textContent = "";
+    for (const q of qs) {
+      const row = hel("tr", { "data-query": q.name }, body);
+      hel("td", {}, row, q.name);
+      hel("td", { class: "declared-value" }, row, fmt(q.value, 6));
+      hel("td", {}, row, q.half_width === null ? "no interval claimed" : "± " + fmt(q.half_width, 4));
+      hel("td", {}, row, String(q.bins));
+    }
+    $("declared-note").dataset.timestep = String(r.timestep.index);
+  }
   function render() {
     const latest = st.releases[st.releases.length - 1];
     if (!latest) return;
     renderCards(latest);
+    renderDeclared(latest);
     if (st.modelMode) {
       renderMarginals(latest);
       renderCorrelation(latest);

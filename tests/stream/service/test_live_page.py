@@ -126,6 +126,7 @@ def test_live_page_shows_a_1d_stream_as_bars_updating_live(browser, tmp_path, mo
         _wait(lambda: w.count("#series circle.pt.republished") >= 1, "a republished point")
         assert w.count("#series circle.pt.fresh") >= 1
         _assert_cards_match(w, bars=True)
+        assert not w.page.locator("#declared-panel").is_visible()  # no declared query: no panel
         assert "fresh releases: " in w.text("#budget-note") and "of at most 12" in w.text("#budget-note")
         # follow a bin, then a range
         w.page.locator('#chart rect.bar[data-bin="3"]').click()
@@ -201,3 +202,31 @@ def test_live_page_rides_out_a_service_restart(browser, tmp_path, monkeypatch):
             "els => els.map(e => e.getAttribute('data-timestep'))")]
         assert steps == list(range(steps[0], steps[0] + len(steps)))  # every timestep once, in order
         w.close(tmp_path / "restart.png")
+
+
+def test_live_page_shows_the_declared_queries_of_the_release(browser, tmp_path, monkeypatch):
+    """Issue 33: the panel shows each declared query's answer and interval exactly as the shown
+    release message carries them (and is hidden on a stream without declared queries)."""
+    from stream.config.alerts import QuerySettings
+
+    settings = settings_for(tmp_path / "state")
+    settings = settings.model_copy(update={"queries": [QuerySettings(name="low_x", where={"x": "0-3"}),
+                                                       QuerySettings(name="all_x")]})
+    svc, _ = paced_service(monkeypatch, settings, pace=0.25, events_per_step=300, burst=5)
+    with svc:
+        _wait(lambda: svc.published() >= 5, "5 releases")
+        w = Watched(browser, public_url(svc))
+        _wait(lambda: w.count("#declared-rows tr") == 2, "two declared-query rows")
+        for _ in range(20):  # read the panel and the release it shows at one moment
+            before = w.text("#timestep")
+            r = w.shown_release()
+            cells = {n: w.text(f'#declared-rows tr[data-query="{n}"] .declared-value') for n in ("low_x", "all_x")}
+            if w.text("#timestep") == before:
+                break
+        answers = {q["name"]: q for q in r["queries"]}
+        assert answers["low_x"]["value"] == sum(r["counts"][:4])
+        for name, shown in cells.items():
+            assert float(shown) == pytest.approx(answers[name]["value"], rel=1e-3)
+        assert "±" in w.text('#declared-rows tr[data-query="low_x"]')
+        assert w.page.locator("#declared-panel").is_visible()
+        w.close(tmp_path / "live-declared.png")
