@@ -19,7 +19,7 @@ Every setting also runs the baselines uniform and fixed (w-event: "Sample"),
 as the independent benchmark of Schäler et al. asks. Datasets are generated
 once with ``stream.lab.generate`` into ``--data`` (events CSV + config), read and
 windowed once with the service's own reader and windowing
-(``stream.lab.evaluate.load_truth``), and cached there as ``truth.npy``. Runs use
+(``stream.lab.inputs.load_truth``), and cached there as ``truth.npy``. Runs use
 ``Engine.step`` with ``Randomness.seeded(seed + r)`` exactly as ``dpstream
 evaluate`` does. ``--jobs 2`` spreads the (setting, method) cells over
 processes. ``--quick`` shrinks everything for a smoke test.
@@ -55,8 +55,9 @@ if str(ROOT) not in sys.path:
 
 from controller.svt import user_level_k  # noqa: E402
 from stream.config import Settings, load_settings  # noqa: E402
-from stream.lab.evaluate import evaluate_settings, load_truth, settings_with  # noqa: E402
+from stream.lab.evaluate import evaluate_settings, settings_with  # noqa: E402
 from stream.lab.generate import census_attributes, generate  # noqa: E402
+from stream.lab.inputs import load_truth  # noqa: E402
 from stream.lab.metrics import Workload  # noqa: E402
 
 FIGURES = ("fig4_2", "fig4_3", "fig4_4", "fig4_5", "fig4_6", "fig4_7", "fig4_8", "fig4_9", "noise_floor", "noise_floor_w")

@@ -5,7 +5,7 @@ counts per budget level, and Jorgensen et al.'s Sampling routes each person by a
 by the stream's randomness. So the lab keeps more than the true histograms:
 
 1. the input is read once with the service's reader, validation, windowing, routing and
-   contribution bounding (:func:`stream.lab.evaluate.load_truth`), under the *Minimum* plan of
+   contribution bounding (:func:`stream.lab.inputs.load_truth`), under the *Minimum* plan of
    the same declaration: every event is routed to its own budget level and no coin is drawn.
    What is kept per timestep (:class:`PersonalRows`) is each counted event's ``level · bins +
    bin`` and its canonical person key — raw data, held in memory by the evaluation only, never

@@ -216,10 +216,11 @@ def scenario(family: str, timesteps: int, bins: int, population: int, seed: int 
 
 
 def _history(path: str, bins: int) -> np.ndarray:
-    from stream.ingest.csvio import CsvError, read_counts
+    from stream.ingest.csvio import CsvError
+    from stream.lab.inputs import counts_rows
 
     try:
-        arr = read_counts(path, bins)
+        arr = counts_rows(path, bins)
     except CsvError as exc:
         raise PlannerError(f"release.planner.public_history: {exc}") from None
     if arr.shape[0] < 1:

@@ -399,8 +399,8 @@ def test_replay_with_seed_s_plus_r_reproduces_run_r(tmp_path, cli):
     """The evaluation steps the service's engine with the service's noise: replay --seed reproduces a run."""
     from histogram.noise import Randomness
     from stream.config import load_settings
-    from stream.lab.evaluate import load_truth
     from stream.lab.generate import generate
+    from stream.lab.inputs import load_truth
 
     d = tmp_path / "g"
     generate("traffic", d, timesteps=10, population=50, seed=3, grid=6, w=5)

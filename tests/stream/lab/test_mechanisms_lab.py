@@ -10,14 +10,14 @@ import pytest
 
 from stream.commands.cli import main
 from stream.config import load_settings
-from stream.lab.evaluate import EvaluationError, load_truth, settings_with
+from stream.lab.evaluate import EvaluationError, settings_with
 from stream.lab.generate import generate
 from stream.lab.highdim import HighDimParams, query_workload, random_boxes
+from stream.lab.inputs import load_records, load_truth
 from stream.lab.mechanisms import (
     _box_counts,
     _schedule,
     evaluate_mechanisms,
-    load_records,
     parse_mechanisms,
 )
 
