@@ -56,7 +56,6 @@ entries have ``null`` ε (they are not private).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -70,7 +69,7 @@ from histogram.noise import Randomness
 from histogram.postprocess import POSTPROCESSORS, parse_chain, postprocess
 from stream.config import ConfigError, Settings
 from stream.lab.errors import EvaluationError, InputError
-from stream.lab.metrics import ErrorAccumulator, Workload, summarise
+from stream.lab.metrics import RunErrors, Workload, stream_errors, summarise
 
 __all__ = [
     "EvaluationError",
@@ -213,7 +212,8 @@ def run_method(
     engine = settings.engine() if engine is None else engine
     stream_id = settings.stream.id
     state = engine.initial_state()
-    acc = ErrorAccumulator(workload)
+    acc = RunErrors(workload)
+    placeholder = np.zeros(workload.bins)  # published before the first release
     post = settings.postprocessor()  # what the service would publish (free post-processing)
     post_state = post.initial()
     sources: list[int | None] = []
@@ -229,12 +229,11 @@ def run_method(
         if release.kind == "fresh":
             epsilons[t] = release.epsilon_release
         if src is None:
-            acc.add(t, src, None)
+            acc.add(t, placeholder)
         else:
             out, post_state = post.apply(post_state, release.counts, release.half_width, release.confidence,
                                          release.kind == "fresh")
-            # a smoothed series moves every timestep: a new key each time
-            acc.add(t, ("smoothed", t) if post.stateful else src, out.counts)
+            acc.add(t, out.counts)
         window = release.window_spend if release.window_spend is not None else release.epsilon_spent
         if window > max_window:
             max_window = window
@@ -244,7 +243,7 @@ def run_method(
             pending = 0
     if tick is not None and pending:
         tick(pending)
-    metrics = acc.metrics()
+    metrics = acc.metrics()[0]
     metrics["fresh_releases"] = float(release.fresh_count) if release else 0.0
     metrics["epsilon_spent"] = _frac_float(release.epsilon_spent if release else None)
     metrics["max_window_spend"] = float(max_window)
@@ -320,49 +319,21 @@ def run_fast(
             out, state = post.apply(state, released[:, i, :], np.float64(last_width), settings.release.confidence,
                                     fresh)
             smoothed[:, t, :] = out.counts
+    if smoothed is None:  # row -1 of each run's table: the all-zero placeholder before the first release
+        table = np.concatenate([released.astype(np.float64), np.zeros((rest, 1, workload.bins))], axis=1)
+        smoothed = table[:, src_index]
+    per_run = stream_errors(workload, smoothed)
     for r in range(rest):
-        if smoothed is not None:
-            metrics = batch_metrics(workload, smoothed[r], np.arange(workload.timesteps))
-        else:
-            metrics = batch_metrics(workload, released[r], src_index)
-        traces.append(RunTrace({**metrics, **fixed}, first.sources, first.epsilons))
+        traces.append(RunTrace({**per_run[r], **fixed}, first.sources, first.epsilons))
         if tick is not None:
             tick(workload.timesteps)
     return traces
 
 
-def batch_metrics(workload: Workload, fresh: np.ndarray, src_index: np.ndarray) -> dict[str, float]:
-    """The :class:`ErrorAccumulator` metrics of one run given all at once.
-
-    ``fresh`` is ``(F, U)``: the published counts of each fresh release; ``src_index[t]`` the row of
-    ``fresh`` published at timestep ``t`` (-1: the all-zero placeholder before the first release).
-    """
-    w = workload
-    table = np.vstack([fresh.astype(np.float64), np.zeros((1, w.bins))])  # row -1: zeros
-    published = table[src_index]
-    err = np.abs(published - w.truth)
-    n = max(w.timesteps, 1)
-    out = {
-        "mae": float(err.sum()) / (n * w.bins),
-        "mre": float((err / np.maximum(w.sanity, w.truth)).sum()) / (n * w.bins),
-        "query_abs_error": math.nan,
-        "query_rel_error": math.nan,
-    }
-    if w.queries is not None and w.truth_answers is not None:
-        answers = w.queries.answer_batch(table)[src_index]
-        qerr = np.abs(answers - w.truth_answers)
-        m = w.query_count
-        out["query_abs_error"] = float(qerr.sum()) / (n * m)
-        out["query_rel_error"] = float((qerr / np.maximum(w.sanity, w.truth_answers)).sum()) / (n * m)
-    return out
-
-
 def true_version(workload: Workload, sources: Sequence[int | None]) -> dict[str, float | None]:
     """Metrics of the same decisions with exact (noise-free) histograms: the update error."""
-    acc = ErrorAccumulator(workload)
-    for t, src in enumerate(sources):
-        acc.add(t, src, None if src is None else workload.truth[src])
-    out: dict[str, float | None] = dict(acc.metrics())
+    published = np.stack([np.zeros(workload.bins) if src is None else workload.truth[src] for src in sources])
+    out: dict[str, float | None] = dict(stream_errors(workload, published)[0])
     out["fresh_releases"] = float(len({s for s in sources if s is not None}))
     out["epsilon_spent"] = None
     out["max_window_spend"] = None
@@ -381,29 +352,17 @@ REFERENCES: dict[str, str] = {
 def reference_rows(workload: Workload) -> dict[str, dict[str, Any]]:
     """The :data:`REFERENCES` on ``workload``: deterministic (no noise), so one run each.
 
-    The :class:`ErrorAccumulator` metrics in whole-array form: zeros answer every query with 0, and
-    the previous timestep's exact histogram answers with the previous timestep's true answers."""
+    The :class:`stream.lab.metrics.RunErrors` figures of publishing all zeros, and the previous
+    timestep's exact histogram (zeros at the first); without queries their query figures are None."""
     w = workload
-    n = max(w.timesteps, 1)
     zeros = np.zeros((1, w.bins), dtype=np.int64)
     previous = np.vstack([zeros, w.truth[:-1]])
     out: dict[str, dict[str, Any]] = {}
-    for name, published, private in (("zero-release", None, True), ("previous-true", previous, False)):
-        err = np.abs(w.truth) if published is None else np.abs(w.truth - published)
-        metrics: dict[str, Any] = {
-            "mae": float(err.sum()) / (n * w.bins),
-            "mre": float((err / np.maximum(w.sanity, w.truth)).sum()) / (n * w.bins),
-            "query_abs_error": None,  # no queries: None
-            "query_rel_error": None,
-        }
-        if w.truth_answers is not None and w.query_count:
-            truth_answers = w.truth_answers
-            if published is None:
-                qerr = np.abs(truth_answers)
-            else:
-                qerr = np.abs(truth_answers - np.vstack([np.zeros((1, w.query_count)), truth_answers[:-1]]))
-            metrics["query_abs_error"] = float(qerr.sum()) / (n * w.query_count)
-            metrics["query_rel_error"] = float((qerr / np.maximum(w.sanity, truth_answers)).sum()) / (n * w.query_count)
+    for name, published, private in (("zero-release", np.zeros_like(w.truth), True),
+                                     ("previous-true", previous, False)):
+        metrics: dict[str, Any] = dict(stream_errors(w, published)[0])
+        if not w.query_count:
+            metrics["query_abs_error"] = metrics["query_rel_error"] = None
         out[name] = {**metrics, "private": private, "what": REFERENCES[name]}
     return out
 

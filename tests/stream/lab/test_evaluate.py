@@ -201,14 +201,14 @@ def test_relative_error_uses_the_sanity_bound():
     truth = np.array([[0, 4] * 25] * 3, dtype=np.int64)
     w1 = Workload.build(truth, (10, 5), queries=0, seed=0, sanity=1.0)
     w2 = Workload.build(truth, (10, 5), queries=0, seed=0, sanity=8.0)
-    from stream.lab.metrics import ErrorAccumulator
+    from stream.lab.metrics import RunErrors
 
     for w, expect in ((w1, (2 / 1 + 2 / 4) / 2), (w2, (2 / 8 + 2 / 8) / 2)):
-        acc = ErrorAccumulator(w)
+        acc = RunErrors(w)
         for t in range(3):
-            acc.add(t, "r", truth[t] + 2)
-        assert acc.metrics()["mre"] == pytest.approx(expect)
-        assert acc.metrics()["mae"] == pytest.approx(2.0)
+            acc.add(t, truth[t] + 2)
+        assert acc.metrics()[0]["mre"] == pytest.approx(expect)
+        assert acc.metrics()[0]["mae"] == pytest.approx(2.0)
 
 
 def test_t_interval_matches_scipy():

@@ -3,8 +3,10 @@
 Written before the metrics were merged into one implementation (stream.lab.metrics.RunErrors),
 with the values the engine path (``run_method``), the non-private ``-true`` versions, the fast
 path for data-independent methods (``run_fast``) and the reference rows gave then. The engine
-path's figures are pinned bit for bit (its sums keep their order); the others summed the whole
-array at once, so they are pinned to 1e-12 relative."""
+path's figures on integer counts are pinned bit for bit (its sums keep their order); a smoothed
+(non-integer) series' query answers are now computed in one pass over the stack
+(``QueryIndex.answer_batch``), which may round the last bit differently from the per-histogram
+``answer``, and the other paths summed the whole array at once: those are pinned to 1e-12 relative."""
 
 from __future__ import annotations
 
@@ -49,7 +51,9 @@ def test_engine_path_and_true_versions_are_pinned_bit_for_bit(stream):
         tr = ev.run_method(s, w, Randomness.seeded(7))
         got[name] = [tr.metrics[k] for k in KEYS]
         got[f"{name}-true"] = [ev.true_version(w, tr.sources)[k] for k in KEYS]
-    assert got == ENGINE
+    smoothed = {name for name in ENGINE if "+kalman" in name and not name.endswith("-true")}
+    assert {k: v for k, v in got.items() if k not in smoothed} == {k: v for k, v in ENGINE.items() if k not in smoothed}
+    assert {k: got[k] for k in smoothed} == {k: pytest.approx(ENGINE[k], rel=1e-12) for k in smoothed}
 
 
 def test_fast_path_and_reference_rows_are_pinned(stream):
