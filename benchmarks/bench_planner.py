@@ -51,9 +51,8 @@ def choose(args: tuple[str, float, int, float, str | None]) -> dict:
     family, epsilon, w, scale, history = args
     s = settings_for(family, epsilon, w, scale)
     if history:
-        from stream.lab.evaluate import settings_with
 
-        s = settings_with(s, {"release": {"planner": {"public_history": history}}})
+        s = s.with_changes({"release": {"planner": {"public_history": history}}})
     t0 = time.process_time()
     p = plan(s)
     out = {"auto": p.choice.name, "auto_lab": p.lab_choice.name, "plan_cpu_s": time.process_time() - t0,

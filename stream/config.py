@@ -1155,6 +1155,32 @@ class Settings(BaseSettings):
             raise ConfigError(f"invalid configuration: {exc}") from exc
         return self
 
+    def with_changes(self, changes: Mapping[str, Any]) -> Settings:
+        """A re-validated copy with nested ``changes`` merged in (e.g. ``{"release": {"k": 0.1}}``).
+
+        Mappings merge key by key, any other value replaces the old one; the secrets (which JSON
+        dumps mask) are carried over. Raises :class:`ConfigError` when the result is invalid."""
+        data = _deep_merge(self.model_dump(by_alias=True, mode="json"), changes)
+        data["kafka"]["sasl_plain_password"] = self.kafka.sasl_plain_password
+        if self.input.schema_registry is not None:
+            data["input"]["schema_registry"]["basic_auth_password"] = self.input.schema_registry.basic_auth_password
+        try:
+            return Settings(**data).validate_all()
+        except ConfigError:
+            raise
+        except (ConfigurationError, ValueError) as exc:
+            raise ConfigError(f"invalid configuration: {exc}") from exc
+
+
+def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
 
 _FIXES = {
     "int_parsing": "set a whole number",

@@ -63,7 +63,6 @@ from typing import Any
 
 import numpy as np
 
-from controller.errors import ConfigurationError
 from controller.method import METHODS, W_EVENT_METHODS
 from histogram.noise import Randomness
 from histogram.postprocess import POSTPROCESSORS, parse_chain, postprocess
@@ -74,7 +73,6 @@ from stream.lab.metrics import RunErrors, Workload, stream_errors, summarise
 __all__ = [
     "EvaluationError",
     "parse_methods",
-    "settings_with",
     "check_methods",
     "run_method",
     "evaluate",
@@ -124,30 +122,6 @@ def parse_methods(text: str | Sequence[str]) -> list[str]:
     return names
 
 
-def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in changes.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def settings_with(settings: Settings, changes: Mapping[str, Any]) -> Settings:
-    """A re-validated copy of ``settings`` with nested ``changes`` (e.g. ``{"release": {"k": 0.1}}``)."""
-    data = _deep_merge(settings.model_dump(by_alias=True, mode="json"), changes)
-    data["kafka"]["sasl_plain_password"] = settings.kafka.sasl_plain_password  # JSON dumps mask secrets
-    if settings.input.schema_registry is not None:
-        data["input"]["schema_registry"]["basic_auth_password"] = settings.input.schema_registry.basic_auth_password
-    try:
-        return Settings(**data).validate_all()
-    except ConfigError:
-        raise
-    except (ConfigurationError, ValueError) as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from exc
-
-
 def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Settings]:
     """Per-method settings; a method that cannot run under this config is a clear error."""
     out: dict[str, Settings] = {}
@@ -167,7 +141,7 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
         if post is not None:
             release["postprocess"] = post
         try:
-            out[m] = settings_with(settings, {"release": release})
+            out[m] = settings.with_changes({"release": release})
         except ConfigError as exc:
             text = str(exc)
             if base in W_EVENT_METHODS and unit != "w-event":

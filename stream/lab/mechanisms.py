@@ -366,7 +366,6 @@ class _Recorder:
 def engine_settings(settings: Settings, name: str, decision: str) -> Settings:
     """``settings`` with ``release.decision`` = ``decision`` and ``release.mechanism`` = the service's
     form of lab mechanism ``name`` (the copula with the lab's public floor n₀ = 0.9 × population)."""
-    from stream.lab.evaluate import settings_with
 
     release: dict[str, Any] = {"decision": decision, "copula": None, "marginals": None}
     if name in HISTOGRAM_MECHANISMS:
@@ -377,7 +376,7 @@ def engine_settings(settings: Settings, name: str, decision: str) -> Settings:
                                                    "min_records": max(2, (9 * pop) // 10) if pop else 100})
     else:
         release.update(mechanism="marginals", marginals={"k": int(name.partition("-")[2] or 2)})
-    return settings_with(settings, {"release": release})
+    return settings.with_changes({"release": release})
 
 
 @dataclass

@@ -276,14 +276,13 @@ def simulate(settings: Any, streams: list[np.ndarray], runs: int, seed: int
              ) -> tuple[dict[str, list[float]], dict[str, Candidate]]:
     """Every candidate's mean absolute error per bin on each stream (mean over ``runs`` seeded runs;
     run ``r`` on stream ``i`` draws from seed ``seed + 100·i + r``), and the candidates by name."""
-    from stream.lab.evaluate import settings_with
 
     posts = (*SERVICE_POST, *LAB_POST)
     mae: dict[str, list[float]] = {}
     cands: dict[str, Candidate] = {}
     for bc in _bases(settings):
-        s = settings_with(settings, {"release": {k: v for k, v in bc.release_changes().items()
-                                                 if k != "postprocess"}})
+        s = settings.with_changes({"release": {k: v for k, v in bc.release_changes().items()
+                                               if k != "postprocess"}})
         per_stream = []
         for i, truth in enumerate(streams):
             errs = [_simulate(s, truth, seed + 100 * i + r, posts) for r in range(runs)]
@@ -321,9 +320,8 @@ def _bases(settings: Any) -> list[Candidate]:
 
 def _concrete(settings: Any) -> Any:
     """``settings`` with ``release.decision`` set to a runnable placeholder (for re-validation)."""
-    from stream.lab.evaluate import settings_with
 
-    return settings_with(settings, {"release": {"decision": "uniform"}}) if settings.release.decision == AUTO \
+    return settings.with_changes({"release": {"decision": "uniform"}}) if settings.release.decision == AUTO \
         else settings
 
 
@@ -376,9 +374,8 @@ def plan(settings: Any, *, runs: int | None = None) -> Plan:
     choice = next(cands[n] for n in order if cands[n].publishable(settings.privacy.population))
     result = Plan(choice, lab_choice, tuple(streams), scores, {n: tuple(v) for n, v in mae.items()}, zero,
                   (), (), facts)
-    from stream.lab.evaluate import settings_with
 
-    result = _explain(result, settings_with(base, {"release": choice.release_changes()}))
+    result = _explain(result, base.with_changes({"release": choice.release_changes()}))
     _CACHE[key] = result
     return result
 
@@ -517,11 +514,10 @@ def auto_method(settings: Any) -> tuple[str, Any]:
     """What ``evaluate --methods auto`` runs: the row name (``auto``, or ``auto+kalman`` when the
     plan's choice smooths) and the settings of the plan's choice (what the service would publish).
     Reads only the configuration (:func:`plan`), never the evaluated input."""
-    from stream.lab.evaluate import settings_with
 
     chosen = plan(settings).choice
     name = AUTO + (f"+{chosen.post}" if chosen.post in LAB_POST else "")
-    return name, settings_with(_concrete(settings), {"release": chosen.release_changes()})
+    return name, _concrete(settings).with_changes({"release": chosen.release_changes()})
 
 
 def resolve(settings: Any) -> Any:
@@ -529,9 +525,8 @@ def resolve(settings: Any) -> Any:
     :class:`stream.config.Settings` whose ``plan`` is the :class:`Plan`); others unchanged."""
     if settings.release.decision != AUTO:
         return settings
-    from stream.lab.evaluate import settings_with
 
     chosen = plan(settings)
-    out = settings_with(_concrete(settings), {"release": chosen.choice.release_changes()})
+    out = _concrete(settings).with_changes({"release": chosen.choice.release_changes()})
     out._plan = chosen  # a private attribute: not a setting, not in the fingerprint
     return out

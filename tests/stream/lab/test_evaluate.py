@@ -15,7 +15,7 @@ from scipy import stats
 from histogram.noise import discrete_laplace_mean_abs
 from histogram.query import answer_range_queries, random_range_queries
 from stream.config import Settings
-from stream.lab.evaluate import EvaluationError, evaluate, parse_methods, settings_with
+from stream.lab.evaluate import EvaluationError, evaluate, parse_methods
 from stream.lab.metrics import QueryIndex, Workload, sized_range_queries, t_interval
 
 KEYS = ("mae", "mre", "query_abs_error", "query_rel_error", "fresh_releases", "epsilon_spent", "max_window_spend")
@@ -170,12 +170,12 @@ def test_runs_are_reproducible_and_seeds_differ():
     assert a == b and a != c
 
 
-def test_settings_with_revalidates():
+def test_with_changes_revalidates():
     s = _settings()
-    assert settings_with(s, {"release": {"k": 0.2}}).release.k == Fraction(1, 5)
-    assert settings_with(s, {"privacy": {"epsilon": 0.5}}).privacy.horizon == 20
+    assert s.with_changes({"release": {"k": 0.2}}).release.k == Fraction(1, 5)
+    assert s.with_changes({"privacy": {"epsilon": 0.5}}).privacy.horizon == 20
     with pytest.raises(ValueError, match="epsilon"):
-        settings_with(s, {"privacy": {"epsilon": -1}})
+        s.with_changes({"privacy": {"epsilon": -1}})
 
 
 def test_query_index_matches_reference_answers():

@@ -101,7 +101,6 @@ def test_a_planner_reading_the_input_population_is_caught():
     """The broken variant: the plan ``evaluate`` reports is computed with the evaluated input's peak as
     the population (patched in around ``Workload.build``, which sees the input first)."""
     import stream.lab.evaluate as evaluate_mod
-    from stream.lab.evaluate import settings_with
 
     seen: dict[str, int] = {}
     real_build, real_plan = evaluate_mod.Workload.build, planner.plan
@@ -112,7 +111,7 @@ def test_a_planner_reading_the_input_population_is_caught():
 
     def reading_plan(settings, **kwargs):  # type: ignore[no-untyped-def]
         if "peak" in seen:
-            settings = settings_with(settings, {"privacy": {"population": seen["peak"]}})
+            settings = settings.with_changes({"privacy": {"population": seen["peak"]}})
         return real_plan(settings, **kwargs)
 
     planner._CACHE.clear()
