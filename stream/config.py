@@ -425,7 +425,7 @@ class MarginalsSection(_Section):
 
 
 class PlannerSection(_Section):
-    """``release.planner``: options of ``decision: auto`` (:mod:`stream.lab.planner`).
+    """``release.planner``: options of ``decision: auto`` (:mod:`stream.planning.planner`).
 
     ``public_history``: a counts file the user **declares public** (read by the planner instead of
     synthetic streams; never the stream's own input). ``runs``: seeded simulation runs per stream;
@@ -811,7 +811,7 @@ class Settings(BaseSettings):
     #: the personal budget declaration, consent table included, as read once at start-up
     _personal: Any = PrivateAttr(default=None)
 
-    #: the planner's :class:`stream.lab.planner.Plan` when ``decision: auto`` was resolved (not a setting)
+    #: the planner's :class:`stream.planning.planner.Plan` when ``decision: auto`` was resolved (not a setting)
     _plan: Any = PrivateAttr(default=None)
 
     @property

@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         f"applied: at most {settings.privacy.contribution_bound} record(s) per person per timestep",
         **({"caveat": COUNTS_CAVEAT} if counts_file else {}),
     }}
-    from stream.lab.diagnostics import threshold_below_noise_floor
+    from stream.planning.diagnostics import threshold_below_noise_floor
 
     diagnostics = []
     for name, method_settings in per_method.items():

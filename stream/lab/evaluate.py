@@ -128,8 +128,8 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
     unit = settings.privacy.unit
     for m in methods:
         base, post = split_method(m)
-        if base == "auto":  # the planner's choice from the configuration alone (stream.lab.planner)
-            from stream.lab.planner import PlannerError, auto_method
+        if base == "auto":  # the planner's choice from the configuration alone (stream.planning.planner)
+            from stream.planning.planner import PlannerError, auto_method
 
             try:
                 name, planned = auto_method(settings)
@@ -533,7 +533,7 @@ def evaluate(
         personal=personal,
     )
     if "auto" in names:  # why auto chose what it ran (public information only)
-        from stream.lab.planner import plan
+        from stream.planning.planner import plan
 
         result["plan"] = plan(settings).to_json()
     return result

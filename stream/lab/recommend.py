@@ -1,5 +1,5 @@
 """``dpstream evaluate --recommend``: rank every candidate on a history and say why (issue 13 item 3,
-the evaluation half; ``decision: auto``, which never reads the history, is :mod:`stream.lab.planner`).
+the evaluation half; ``decision: auto``, which never reads the history, is :mod:`stream.planning.planner`).
 
 The candidates are every decision method this configuration can run
 (:data:`controller.method.METHODS`, so methods added there are picked up), each as published

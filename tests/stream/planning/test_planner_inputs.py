@@ -1,6 +1,6 @@
 """The whole plan of ``decision: auto`` comes from configuration only (issue 27 item 7).
 
-``tests/stream/lab/test_planner.py`` compares only the *chosen method* for
+``tests/stream/planning/test_planner.py`` compares only the *chosen method* for
 two private inputs, and one of them peaks at exactly the declared
 population: a planner that read the input's population (its peak) would
 plan with the declared value on that input and could choose the same method
@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from stream.config import Settings
-from stream.lab import planner
 from stream.lab.evaluate import evaluate
-from stream.lab.planner import plan, resolve
-from tests.stream.lab.test_planner import _config
+from stream.planning import planner
+from stream.planning.planner import plan, resolve
+from tests.stream.planning.test_planner import _config
 
 DECLARED = 200
 

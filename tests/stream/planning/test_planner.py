@@ -16,9 +16,9 @@ from controller.errors import ConfigurationError
 from controller.method import METHODS
 from stream.commands import load_resolved
 from stream.config import Settings, load_settings
-from stream.lab import planner
 from stream.lab.evaluate import evaluate
-from stream.lab.planner import AUTO, plan, resolve, warnings_for
+from stream.planning import planner
+from stream.planning.planner import AUTO, plan, resolve, warnings_for
 
 ROOT = Path(__file__).resolve().parents[3]
 
