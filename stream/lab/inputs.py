@@ -100,13 +100,11 @@ def estimate_rows(path: Path) -> int:
 
 @dataclass(frozen=True)
 class EventFeed:
-    """What :func:`feed_events` read: ``rows`` (data rows, rejected ones included), the configured
-    columns missing from the header's known set (``unknown_columns``) and whether the file has an
-    arrival-time column (``arrival``)."""
+    """What :func:`feed_events` read: ``rows`` (data rows, rejected ones included) and the header's
+    columns the configuration does not know (``unknown_columns``)."""
 
     rows: int
     unknown_columns: tuple[str, ...]
-    arrival: bool
 
 
 def feed_events(
@@ -168,7 +166,7 @@ def feed_events(
     finally:
         if bar is not None:
             bar.close()
-    return EventFeed(rows, tuple(reader.unknown_columns), bool(reader.arrival_col))
+    return EventFeed(rows, tuple(reader.unknown_columns))
 
 
 def pipeline_offer(pipe: Any) -> Offer:
