@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/bench_planner.py --runs 20 --jobs 2 > table.md
 
-For each family of ``stream/lab/families.py`` (1,000 timesteps, scale 1,000, seed 1: what
+For each family of ``stream/planning/families.py`` (1,000 timesteps, scale 1,000, seed 1: what
 ``dpstream generate <family> --timesteps 1000 --scale 1000 --seed 1`` writes) at ε ∈ {0.1, 1},
 w ∈ {10, 50}: the planner chooses from the configuration alone (it never sees the family's
 stream), then every candidate the planner knows (each method of ``controller.method.METHODS`` this
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from families import settings_for  # noqa: E402
 
-from stream.lab.families import FAMILIES, FamilyParams, family_series  # noqa: E402
-from stream.lab.planner import plan, rank, simulate  # noqa: E402
+from stream.planning.families import FAMILIES, FamilyParams, family_series  # noqa: E402
+from stream.planning.planner import plan, rank, simulate  # noqa: E402
 
 
 def truth_of(family: str, scale: float, seed: int = 1) -> np.ndarray:
@@ -51,9 +51,8 @@ def choose(args: tuple[str, float, int, float, str | None]) -> dict:
     family, epsilon, w, scale, history = args
     s = settings_for(family, epsilon, w, scale)
     if history:
-        from stream.lab.evaluate import settings_with
 
-        s = settings_with(s, {"release": {"planner": {"public_history": history}}})
+        s = s.with_changes({"release": {"planner": {"public_history": history}}})
     t0 = time.process_time()
     p = plan(s)
     out = {"auto": p.choice.name, "auto_lab": p.lab_choice.name, "plan_cpu_s": time.process_time() - t0,

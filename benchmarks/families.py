@@ -27,8 +27,8 @@ import numpy as np
 from histogram.noise import Randomness
 from stream.config import Settings
 from stream.lab.evaluate import DATA_INDEPENDENT, check_methods, evaluate, split_method
-from stream.lab.families import FAMILIES, FamilyParams, family_attributes, family_series
 from stream.lab.generate import build_config
+from stream.planning.families import FAMILIES, FamilyParams, family_attributes, family_series
 
 PLAIN = ("uniform", "fixed", "sample", "bd", "ba")
 

@@ -19,7 +19,7 @@ Every setting also runs the baselines uniform and fixed (w-event: "Sample"),
 as the independent benchmark of Schäler et al. asks. Datasets are generated
 once with ``stream.lab.generate`` into ``--data`` (events CSV + config), read and
 windowed once with the service's own reader and windowing
-(``stream.lab.evaluate.load_truth``), and cached there as ``truth.npy``. Runs use
+(``stream.lab.inputs.load_truth``), and cached there as ``truth.npy``. Runs use
 ``Engine.step`` with ``Randomness.seeded(seed + r)`` exactly as ``dpstream
 evaluate`` does. ``--jobs 2`` spreads the (setting, method) cells over
 processes. ``--quick`` shrinks everything for a smoke test.
@@ -55,8 +55,9 @@ if str(ROOT) not in sys.path:
 
 from controller.svt import user_level_k  # noqa: E402
 from stream.config import Settings, load_settings  # noqa: E402
-from stream.lab.evaluate import evaluate_settings, load_truth, settings_with  # noqa: E402
+from stream.lab.evaluate import evaluate_settings  # noqa: E402
 from stream.lab.generate import census_attributes, generate  # noqa: E402
+from stream.lab.inputs import load_truth  # noqa: E402
 from stream.lab.metrics import Workload  # noqa: E402
 
 FIGURES = ("fig4_2", "fig4_3", "fig4_4", "fig4_5", "fig4_6", "fig4_7", "fig4_8", "fig4_9", "noise_floor", "noise_floor_w")
@@ -123,7 +124,7 @@ def _cell(task: tuple[str, str, dict[str, Any], str, bool, int, int]) -> dict[st
     wl_key, base_key, changes, method, with_true, runs, seed = task
     workload: Workload = _REGISTRY[wl_key]
     base: Settings = _REGISTRY[base_key]
-    s = settings_with(base, {**changes, "release": {**changes.get("release", {}), "decision": method}})
+    s = base.with_changes({**changes, "release": {**changes.get("release", {}), "decision": method}})
     res = evaluate_settings({method: s}, workload, runs=runs, seed=seed,
                             true_versions=[method] if with_true else [], progress=False)
     return res["methods"]
@@ -171,7 +172,7 @@ W_METHODS = ("dsat", "bd", "ba", "fixed", "uniform")
 def _census(args: argparse.Namespace, sc: Scale, rate: float = 0.5) -> tuple[Settings, np.ndarray, dict[str, Any]]:
     s, truth, facts = dataset(args.data, "census", n=sc.census_n, p=sc.census_p, seed=sc.seed, rate=rate,
                               events=sc.census_events)
-    s = settings_with(s, {"privacy": {"cutoff": sc.census_c}})
+    s = s.with_changes({"privacy": {"cutoff": sc.census_c}})
     return s, truth, facts
 
 
@@ -298,7 +299,7 @@ def fig4_6(args: argparse.Namespace, sc: Scale, runner: Runner) -> dict[str, Any
         # first d attributes is the 6-D one summed over the others (same rows, same bounding)
         truth = truth6.reshape((truth6.shape[0], *shape6)).sum(axis=tuple(range(1 + d, 1 + len(shape6))))
         truth = truth.reshape(truth.shape[0], -1)
-        s = settings_with(s6, {"schema": {"attributes": census_attributes(d)}})
+        s = s6.with_changes({"schema": {"attributes": census_attributes(d)}})
         wl = _workload(s, truth, sc)
         for m in USER_METHODS:
             cells[m].append((wl, s, {}))

@@ -1054,7 +1054,7 @@ CATALOGUE: dict[str, AuditEntry] = {
         "decision of data-dependent methods, an empty timestep vs one person in it, every method",
     ),
     "planner-inputs": AuditEntry(
-        "engine", "tests.stream.lab.test_planner_inputs", None,
+        "engine", "tests.stream.planning.test_planner_inputs", None,
         {"planner reads the input's population":
          Catch("test_a_planner_reading_the_input_population_is_caught", {})},
         "exact: the whole plan for two inputs that differ from each other and from the declared population "

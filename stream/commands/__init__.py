@@ -107,14 +107,14 @@ def config_path(args: argparse.Namespace) -> str:
 
 def load_resolved(path: str | None, **overrides: object) -> object:
     """:func:`stream.config.load_settings`, with ``release.decision: auto`` replaced by the planner's
-    choice (:func:`stream.lab.planner.resolve`: from the configuration and a declared-public history
+    choice (:func:`stream.planning.planner.resolve`: from the configuration and a declared-public history
     only; the settings' ``plan`` says why). Raises ``ConfigError`` (exit 2) when it cannot plan."""
     from stream.config import ConfigError, load_settings
 
     settings = load_settings(path, **overrides)
     if settings.release.decision != "auto":
         return settings
-    from stream.lab.planner import PlannerError, resolve
+    from stream.planning.planner import PlannerError, resolve
 
     try:
         return resolve(settings)

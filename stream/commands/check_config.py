@@ -78,7 +78,7 @@ def check(path: str, *, check_files: bool = True) -> int:
 
 def planner_lines(settings: Any) -> list[str]:
     """The planner's reasons (``decision: auto``) and the configuration's warnings, one per line."""
-    from stream.lab.planner import warnings_for
+    from stream.planning.planner import warnings_for
 
     if settings.plan is not None:
         return settings.plan.text().splitlines()

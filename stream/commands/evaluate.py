@@ -193,9 +193,9 @@ def run(args: argparse.Namespace) -> int:
         EvaluationError,
         check_methods,
         evaluate,
-        load_truth,
         parse_methods,
     )
+    from stream.lab.inputs import load_truth
 
     if args.mechanisms is not None:
         return _run_mechanisms(args)
@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         f"applied: at most {settings.privacy.contribution_bound} record(s) per person per timestep",
         **({"caveat": COUNTS_CAVEAT} if counts_file else {}),
     }}
-    from stream.lab.diagnostics import threshold_below_noise_floor
+    from stream.planning.diagnostics import threshold_below_noise_floor
 
     diagnostics = []
     for name, method_settings in per_method.items():
@@ -346,12 +346,12 @@ def _run_mechanisms(args: argparse.Namespace) -> int:
     from histogram.errors import HistogramError
     from stream.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
     from stream.config import ConfigError, load_settings
-    from stream.lab.evaluate import EvaluationError, InputError
+    from stream.lab.errors import EvaluationError, InputError
+    from stream.lab.inputs import load_records
     from stream.lab.mechanisms import (
         ENGINE_DECISIONS,
         SCHEDULES,
         evaluate_mechanisms,
-        load_records,
         mechanisms_table,
         parse_mechanisms,
         plot_mechanisms,

@@ -5,7 +5,7 @@
 cells (:mod:`stream.lab.highdim`, issue 15); the
 families ``exponential``, ``sine``, ``lognormal``, ``trend``, ``randomwalk`` and
 ``sudden`` are count streams shaped like the public w-event benchmark's
-(:mod:`stream.lab.families`). Writes ``DIR/events.csv`` and a matching ``DIR/config.yaml`` (and, with
+(:mod:`stream.planning.families`). Writes ``DIR/events.csv`` and a matching ``DIR/config.yaml`` (and, with
 ``--counts``, ``DIR/counts.csv``: the true histogram of every timestep).
 Exit status (``stream.commands``): 0 written; 2 bad arguments or files that
 cannot be written.
@@ -110,8 +110,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stream.lab.families import FAMILIES, FamilyParams
     from stream.lab.generate import DEFAULT_START, generate
+    from stream.planning.families import FAMILIES, FamilyParams
 
     family = highdim = None
     if args.kind == "highdim":

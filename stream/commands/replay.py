@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _err(str(exc))
         return EXIT_USAGE
-    from stream.lab.diagnostics import threshold_below_noise_floor
+    from stream.planning.diagnostics import threshold_below_noise_floor
 
     diagnosis = threshold_below_noise_floor(settings)
     if diagnosis is not None:

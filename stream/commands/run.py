@@ -74,7 +74,7 @@ def _warn_about_configuration(settings: object) -> None:
     """Log what the configuration alone says will go wrong (public information only)."""
     import logging
 
-    from stream.lab.planner import warnings_for
+    from stream.planning.planner import warnings_for
     from stream.service.logs import log
 
     logger = logging.getLogger("dpstream.run")

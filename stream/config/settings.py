@@ -22,6 +22,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from controller.errors import ConfigurationError
 from controller.method import MethodSpec
 from controller.personal import PersonalEngine
 from controller.step import Engine
@@ -32,7 +33,7 @@ from histogram.noise import Randomness
 from histogram.postprocess import PostProcessor
 from stream.config import building
 from stream.config.alerts import AlertsSection, QuerySettings, declared_queries
-from stream.config.errors import ENV_PREFIX
+from stream.config.errors import ENV_PREFIX, ConfigError
 from stream.config.fingerprint import fingerprint_of, privacy_view
 from stream.config.personal import PersonalDeclaration, declare
 from stream.config.sections import (
@@ -102,7 +103,7 @@ class Settings(BaseSettings):
     #: the personal budget declaration, consent table included, as read once at start-up
     _personal: Any = PrivateAttr(default=None)
 
-    #: the planner's :class:`stream.lab.planner.Plan` when ``decision: auto`` was resolved (not a setting)
+    #: the planner's :class:`stream.planning.planner.Plan` when ``decision: auto`` was resolved (not a setting)
     _plan: Any = PrivateAttr(default=None)
 
     @property
@@ -252,3 +253,29 @@ class Settings(BaseSettings):
         (:func:`building.validate`); returns ``self``."""
         building.validate(self)
         return self
+
+    def with_changes(self, changes: Mapping[str, Any]) -> Settings:
+        """A re-validated copy with nested ``changes`` merged in (e.g. ``{"release": {"k": 0.1}}``).
+
+        Mappings merge key by key, any other value replaces the old one; the secrets (which JSON
+        dumps mask) are carried over. Raises :class:`ConfigError` when the result is invalid."""
+        data = _deep_merge(self.model_dump(by_alias=True, mode="json"), changes)
+        data["kafka"]["sasl_plain_password"] = self.kafka.sasl_plain_password
+        if self.input.schema_registry is not None:
+            data["input"]["schema_registry"]["basic_auth_password"] = self.input.schema_registry.basic_auth_password
+        try:
+            return Settings(**data).validate_all()
+        except ConfigError:
+            raise
+        except (ConfigurationError, ValueError) as exc:
+            raise ConfigError(f"invalid configuration: {exc}") from exc
+
+
+def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

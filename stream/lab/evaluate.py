@@ -5,7 +5,7 @@ data, and how wrong would it have been?" It runs the service's release path:
 
 1. the input is windowed once into true per-timestep histograms with the
    service's own reader, windowing and contribution bounding
-   (:func:`load_truth`; a counts file is taken as already aggregated);
+   (:func:`stream.lab.inputs.load_truth`; a counts file is taken as already aggregated);
 2. for each method, the configuration is re-validated with only
    ``release.decision`` changed, and ``settings.engine()`` is stepped over the
    timesteps with ``Engine.step``, drawing noise from
@@ -56,36 +56,28 @@ entries have ``null`` ε (they are not private).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from controller.errors import ConfigurationError
 from controller.method import METHODS, W_EVENT_METHODS
 from histogram.noise import Randomness
 from histogram.postprocess import POSTPROCESSORS, parse_chain, postprocess
 from stream.config import ConfigError, Settings
-from stream.ingest.events import KEY_USER_ID
-from stream.lab.metrics import ErrorAccumulator, Workload, summarise
+from stream.lab.errors import EvaluationError, InputError
+from stream.lab.metrics import RunErrors, Workload, stream_errors, summarise
 
 __all__ = [
     "EvaluationError",
-    "InputReport",
-    "Truth",
     "parse_methods",
-    "settings_with",
     "check_methods",
     "run_method",
     "evaluate",
     "evaluate_settings",
 ]
-
-FIRST_ROWS = 5
 
 METRICS = (
     "mae",
@@ -96,96 +88,6 @@ METRICS = (
     "epsilon_spent",
     "max_window_spend",
 )
-
-
-class EvaluationError(ValueError):
-    """The evaluation cannot run as asked; the message says why and what to do."""
-
-
-@dataclass
-class InputReport:
-    """What reading the input found (bad rows are counted, never silently dropped)."""
-
-    kind: str
-    path: str
-    rows: int = 0
-    accepted: int = 0
-    rejected: dict[str, int] = field(default_factory=dict)
-    first_rows: dict[str, list[int]] = field(default_factory=dict)
-    bounded_out: int = 0
-    unknown_columns: list[str] = field(default_factory=list)
-
-    @property
-    def late(self) -> int:
-        return self.rejected.get("timestep_sealed", 0)
-
-    @property
-    def bad_rows(self) -> int:
-        """Dead-lettered rows (every rejection but the late ones)."""
-        return int(sum(v for k, v in self.rejected.items() if k != "timestep_sealed"))
-
-    def note(self, rej: Any) -> None:
-        """Count a :class:`stream.ingest.events.Rejections` and keep the first line numbers per reason."""
-        from stream.ingest.events import REASONS
-
-        for reason, n in rej.counts().items():
-            self.rejected[reason] = self.rejected.get(reason, 0) + n
-        rows = rej.row
-        for code in np.unique(rej.reason).tolist():
-            reason = REASONS[code - 1]
-            r = np.sort(rows[(rej.reason == code) & (rows >= 0)])[:FIRST_ROWS].tolist()
-            self.first_rows[reason] = sorted(set(self.first_rows.get(reason, [])) | set(r))[:FIRST_ROWS]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "path": self.path,
-            "rows": self.rows,
-            "accepted": self.accepted,
-            "bad_rows": self.bad_rows,
-            "late": self.late,
-            "rejected": dict(sorted(self.rejected.items())),
-            "first_rows": dict(sorted(self.first_rows.items())),
-            "bounded_out": self.bounded_out,
-        }
-
-    def summary(self) -> str:
-        if self.kind == "counts":
-            return f"read {self.rows} timesteps from the counts file {self.path}"
-        parts = [f"read {self.rows} rows from {self.path}", f"{self.accepted} accepted"]
-        if self.bounded_out:
-            parts.append(f"{self.bounded_out} dropped by contribution bounding (one record per person per timestep)")
-        if self.bad_rows:
-            reasons = ", ".join(f"{k}: {v}" for k, v in sorted(self.rejected.items()) if k != "timestep_sealed")
-            parts.append(f"{self.bad_rows} bad rows ({reasons})")
-        if self.late:
-            parts.append(f"{self.late} late (timestep_sealed)")
-        return "; ".join(parts)
-
-    def details(self) -> list[str]:
-        """One line per rejection reason with its first line numbers."""
-        out = []
-        for reason in sorted(self.rejected):
-            rows = self.first_rows.get(reason)
-            first = f" (first lines {', '.join(map(str, rows))})" if rows else ""
-            out.append(f"{reason}: {self.rejected[reason]}{first}")
-        if self.unknown_columns:
-            out.append(f"note: column(s) {self.unknown_columns} are not in the config; rows with a value there "
-                       "are rejected as unknown_attribute")
-        return out
-
-
-@dataclass(frozen=True)
-class Truth:
-    """True per-timestep histograms and the report of how they were read.
-
-    ``personal`` (``privacy.personal`` only): the counted events per timestep routed to their
-    budget level (:class:`stream.lab.personal.PersonalRows`), which the runs route by their own
-    Sampling coins; ``counts`` is then everyone's histogram."""
-
-    counts: np.ndarray
-    report: InputReport
-    personal: Any = None
 
 
 def split_method(name: str) -> tuple[str, str | None]:
@@ -220,38 +122,14 @@ def parse_methods(text: str | Sequence[str]) -> list[str]:
     return names
 
 
-def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in changes.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def settings_with(settings: Settings, changes: Mapping[str, Any]) -> Settings:
-    """A re-validated copy of ``settings`` with nested ``changes`` (e.g. ``{"release": {"k": 0.1}}``)."""
-    data = _deep_merge(settings.model_dump(by_alias=True, mode="json"), changes)
-    data["kafka"]["sasl_plain_password"] = settings.kafka.sasl_plain_password  # JSON dumps mask secrets
-    if settings.input.schema_registry is not None:
-        data["input"]["schema_registry"]["basic_auth_password"] = settings.input.schema_registry.basic_auth_password
-    try:
-        return Settings(**data).validate_all()
-    except ConfigError:
-        raise
-    except (ConfigurationError, ValueError) as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from exc
-
-
 def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Settings]:
     """Per-method settings; a method that cannot run under this config is a clear error."""
     out: dict[str, Settings] = {}
     unit = settings.privacy.unit
     for m in methods:
         base, post = split_method(m)
-        if base == "auto":  # the planner's choice from the configuration alone (stream.lab.planner)
-            from stream.lab.planner import PlannerError, auto_method
+        if base == "auto":  # the planner's choice from the configuration alone (stream.planning.planner)
+            from stream.planning.planner import PlannerError, auto_method
 
             try:
                 name, planned = auto_method(settings)
@@ -263,7 +141,7 @@ def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Setti
         if post is not None:
             release["postprocess"] = post
         try:
-            out[m] = settings_with(settings, {"release": release})
+            out[m] = settings.with_changes({"release": release})
         except ConfigError as exc:
             text = str(exc)
             if base in W_EVENT_METHODS and unit != "w-event":
@@ -308,7 +186,8 @@ def run_method(
     engine = settings.engine() if engine is None else engine
     stream_id = settings.stream.id
     state = engine.initial_state()
-    acc = ErrorAccumulator(workload)
+    acc = RunErrors(workload)
+    placeholder = np.zeros(workload.bins)  # published before the first release
     post = settings.postprocessor()  # what the service would publish (free post-processing)
     post_state = post.initial()
     sources: list[int | None] = []
@@ -324,12 +203,11 @@ def run_method(
         if release.kind == "fresh":
             epsilons[t] = release.epsilon_release
         if src is None:
-            acc.add(t, src, None)
+            acc.add(t, placeholder)
         else:
             out, post_state = post.apply(post_state, release.counts, release.half_width, release.confidence,
                                          release.kind == "fresh")
-            # a smoothed series moves every timestep: a new key each time
-            acc.add(t, ("smoothed", t) if post.stateful else src, out.counts)
+            acc.add(t, out.counts)
         window = release.window_spend if release.window_spend is not None else release.epsilon_spent
         if window > max_window:
             max_window = window
@@ -339,7 +217,7 @@ def run_method(
             pending = 0
     if tick is not None and pending:
         tick(pending)
-    metrics = acc.metrics()
+    metrics = acc.metrics()[0]
     metrics["fresh_releases"] = float(release.fresh_count) if release else 0.0
     metrics["epsilon_spent"] = _frac_float(release.epsilon_spent if release else None)
     metrics["max_window_spend"] = float(max_window)
@@ -415,49 +293,21 @@ def run_fast(
             out, state = post.apply(state, released[:, i, :], np.float64(last_width), settings.release.confidence,
                                     fresh)
             smoothed[:, t, :] = out.counts
+    if smoothed is None:  # row -1 of each run's table: the all-zero placeholder before the first release
+        table = np.concatenate([released.astype(np.float64), np.zeros((rest, 1, workload.bins))], axis=1)
+        smoothed = table[:, src_index]
+    per_run = stream_errors(workload, smoothed)
     for r in range(rest):
-        if smoothed is not None:
-            metrics = batch_metrics(workload, smoothed[r], np.arange(workload.timesteps))
-        else:
-            metrics = batch_metrics(workload, released[r], src_index)
-        traces.append(RunTrace({**metrics, **fixed}, first.sources, first.epsilons))
+        traces.append(RunTrace({**per_run[r], **fixed}, first.sources, first.epsilons))
         if tick is not None:
             tick(workload.timesteps)
     return traces
 
 
-def batch_metrics(workload: Workload, fresh: np.ndarray, src_index: np.ndarray) -> dict[str, float]:
-    """The :class:`ErrorAccumulator` metrics of one run given all at once.
-
-    ``fresh`` is ``(F, U)``: the published counts of each fresh release; ``src_index[t]`` the row of
-    ``fresh`` published at timestep ``t`` (-1: the all-zero placeholder before the first release).
-    """
-    w = workload
-    table = np.vstack([fresh.astype(np.float64), np.zeros((1, w.bins))])  # row -1: zeros
-    published = table[src_index]
-    err = np.abs(published - w.truth)
-    n = max(w.timesteps, 1)
-    out = {
-        "mae": float(err.sum()) / (n * w.bins),
-        "mre": float((err / np.maximum(w.sanity, w.truth)).sum()) / (n * w.bins),
-        "query_abs_error": math.nan,
-        "query_rel_error": math.nan,
-    }
-    if w.queries is not None and w.truth_answers is not None:
-        answers = w.queries.answer_batch(table)[src_index]
-        qerr = np.abs(answers - w.truth_answers)
-        m = w.query_count
-        out["query_abs_error"] = float(qerr.sum()) / (n * m)
-        out["query_rel_error"] = float((qerr / np.maximum(w.sanity, w.truth_answers)).sum()) / (n * m)
-    return out
-
-
 def true_version(workload: Workload, sources: Sequence[int | None]) -> dict[str, float | None]:
     """Metrics of the same decisions with exact (noise-free) histograms: the update error."""
-    acc = ErrorAccumulator(workload)
-    for t, src in enumerate(sources):
-        acc.add(t, src, None if src is None else workload.truth[src])
-    out: dict[str, float | None] = dict(acc.metrics())
+    published = np.stack([np.zeros(workload.bins) if src is None else workload.truth[src] for src in sources])
+    out: dict[str, float | None] = dict(stream_errors(workload, published)[0])
     out["fresh_releases"] = float(len({s for s in sources if s is not None}))
     out["epsilon_spent"] = None
     out["max_window_spend"] = None
@@ -476,29 +326,17 @@ REFERENCES: dict[str, str] = {
 def reference_rows(workload: Workload) -> dict[str, dict[str, Any]]:
     """The :data:`REFERENCES` on ``workload``: deterministic (no noise), so one run each.
 
-    The :class:`ErrorAccumulator` metrics in whole-array form: zeros answer every query with 0, and
-    the previous timestep's exact histogram answers with the previous timestep's true answers."""
+    The :class:`stream.lab.metrics.RunErrors` figures of publishing all zeros, and the previous
+    timestep's exact histogram (zeros at the first); without queries their query figures are None."""
     w = workload
-    n = max(w.timesteps, 1)
     zeros = np.zeros((1, w.bins), dtype=np.int64)
     previous = np.vstack([zeros, w.truth[:-1]])
     out: dict[str, dict[str, Any]] = {}
-    for name, published, private in (("zero-release", None, True), ("previous-true", previous, False)):
-        err = np.abs(w.truth) if published is None else np.abs(w.truth - published)
-        metrics: dict[str, Any] = {
-            "mae": float(err.sum()) / (n * w.bins),
-            "mre": float((err / np.maximum(w.sanity, w.truth)).sum()) / (n * w.bins),
-            "query_abs_error": None,  # no queries: None
-            "query_rel_error": None,
-        }
-        if w.truth_answers is not None and w.query_count:
-            truth_answers = w.truth_answers
-            if published is None:
-                qerr = np.abs(truth_answers)
-            else:
-                qerr = np.abs(truth_answers - np.vstack([np.zeros((1, w.query_count)), truth_answers[:-1]]))
-            metrics["query_abs_error"] = float(qerr.sum()) / (n * w.query_count)
-            metrics["query_rel_error"] = float((qerr / np.maximum(w.sanity, truth_answers)).sum()) / (n * w.query_count)
+    for name, published, private in (("zero-release", np.zeros_like(w.truth), True),
+                                     ("previous-true", previous, False)):
+        metrics: dict[str, Any] = dict(stream_errors(w, published)[0])
+        if not w.query_count:
+            metrics["query_abs_error"] = metrics["query_rel_error"] = None
         out[name] = {**metrics, "private": private, "what": REFERENCES[name]}
     return out
 
@@ -510,15 +348,6 @@ def worse_than_zero(result: Mapping[str, Any]) -> list[str]:
         return []
     return [name for name, m in result.get("methods", {}).items()
             if not name.endswith("-true") and m.get("mae") is not None and m["mae"] > zero]
-
-
-def _estimate_rows(path: Path) -> int:
-    """Rows in a CSV file, estimated from the size and the first 64 KiB (for the progress bar)."""
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        head = fh.read(1 << 16)
-    lines = max(1, head.count(b"\n"))
-    return max(1, int(size * lines / max(1, len(head))) - 1)
 
 
 def _progress(total: int, enabled: bool | None, desc: str, unit: str = "step") -> Any:
@@ -670,7 +499,7 @@ def evaluate(
     """Evaluate ``methods`` on the true histograms ``truth`` (``(T, U)`` ints) under ``settings``.
 
     A personalized stream (``privacy.personal``) needs ``personal``, the routed rows of
-    :attr:`Truth.personal`; ``personal_mechanisms`` (PDP mechanisms) then evaluates every method
+    :attr:`stream.lab.inputs.Truth.personal`; ``personal_mechanisms`` (PDP mechanisms) then evaluates every method
     under each of them, as rows ``method@mechanism`` (:mod:`stream.lab.personal`)."""
     names = parse_methods(methods)
     per_method = _personal_methods(settings, names, personal, personal_mechanisms)
@@ -704,7 +533,7 @@ def evaluate(
         personal=personal,
     )
     if "auto" in names:  # why auto chose what it ran (public information only)
-        from stream.lab.planner import plan
+        from stream.planning.planner import plan
 
         result["plan"] = plan(settings).to_json()
     return result
@@ -729,155 +558,3 @@ def _personal_methods(settings: Settings, names: Sequence[str], personal: Any,
             variants[mechanism] = settings if mechanism is None else with_pdp_mechanism(settings, mechanism)
         out[row] = check_methods(variants[mechanism], [method])[method]
     return out
-
-
-# -- reading the input ----------------------------------------------------------------
-
-
-def sniff_kind(path: str | Path, settings: Settings) -> str:
-    """``events`` when the header names the user-id and event-time columns, else ``counts``."""
-    from stream.ingest.csvio import CsvError, key_user_id_in_csv, read_header
-
-    try:
-        cols = set(read_header(path))
-    except CsvError as exc:
-        raise InputError(str(exc)) from None
-    schema = settings.schema_
-    if schema.user_id == KEY_USER_ID and schema.event_time in cols:
-        raise InputError(key_user_id_in_csv(path))
-    return "events" if {schema.user_id, schema.event_time} <= cols else "counts"
-
-
-class InputError(EvaluationError):
-    """The input cannot be read (missing, empty, malformed under ``--strict``, no timesteps)."""
-
-
-def load_truth(
-    settings: Settings,
-    path: str | Path,
-    *,
-    kind: str = "auto",
-    strict: bool = False,
-    progress: bool | None = None,
-) -> Truth:
-    """Read ``path`` into true per-timestep histograms, as the service would window it.
-
-    Events go through the service's own code: the CSV reader
-    (:mod:`stream.ingest.csvio`), row validation (:func:`stream.ingest.events.validate_batch`),
-    the windower (:class:`stream.ingest.windowing.Windower`: the same inclusion
-    rule as replay — arrival times when ``schema.arrival_time`` is set, else every
-    event in its event-time timestep) and contribution bounding
-    (:meth:`stream.ingest.windowing.TimestepData.counts`). A counts file is read
-    with the counts reader and taken as already aggregated and bounded.
-
-    Raises:
-        InputError: the file is missing or unreadable, has no timesteps, or
-            (``strict``) holds a rejected row; the message names the row.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"input file {p} does not exist")
-    if kind == "auto":
-        kind = sniff_kind(p, settings)
-    if kind == "counts":
-        if settings.privacy.personal is not None:
-            raise InputError(f"{p} is a counts file, which has no budget tiers: a personalized stream "
-                             "(privacy.personal) is evaluated from its events file")
-        return _load_counts(settings, p)
-    if kind != "events":
-        raise EvaluationError(f"--input-kind must be auto, events or counts, got {kind!r}")
-    return _load_events(settings, p, strict=strict, progress=progress)
-
-
-def _load_events(settings: Settings, path: Path, *, strict: bool, progress: bool | None) -> Truth:
-    from stream.ingest.csvio import CsvError, EventCsvReader
-    from stream.ingest.events import Rejections
-    from stream.lab.personal import PersonalRows, reading_settings
-    from stream.pipeline import ReleasePipeline
-
-    # The service's pipeline validates and windows (pipe.offer, as replay does); the sealed
-    # timesteps are counted with its windower's own contribution bounding instead of being
-    # stepped: the evaluation steps each method itself, R times. A personalized stream is read
-    # under its declaration's Minimum plan (each event routed to its budget level, no coins) and
-    # its counted events are kept: each run routes them by its own coins (stream.lab.personal).
-    personal = settings.privacy.personal is not None
-    pipe = ReleasePipeline(reading_settings(settings) if personal else settings, noise=Randomness.seeded(0))
-    bins = pipe.input_bins
-    bound = settings.privacy.contribution_bound
-    window = pipe.window
-    report = InputReport("events", str(path))
-    hists: list[np.ndarray] = []
-    kept_flat: list[np.ndarray] = []
-    kept_persons: list[Any] = []
-    kept_cells: list[int] = []
-
-    frontier = -math.inf  # record-time progress (schema.arrival_time), as replay
-
-    def seal(final: bool) -> None:
-        for cell in window.complete(frontier, final=final):
-            data = window.take(cell)
-            if personal:  # the rows themselves: each run routes them by its own coins
-                kept = data.bounded(bound)
-                kept_flat.append(np.asarray(kept.flat, dtype=np.int64))
-                kept_persons.append(kept.user_id)
-                kept_cells.append(int(cell))
-                report.bounded_out += len(data) - len(kept)
-            else:
-                counts = data.counts(bins, bound)
-                report.bounded_out += len(data) - int(counts.sum())
-                hists.append(counts)
-            window.advance()
-
-    def note(rej: Any) -> None:
-        if not len(rej):
-            return
-        if strict:
-            r = rej.first()
-            where = f"line {r.row}" if r.row is not None else "a line"
-            raise InputError(f"{path}: {where}: {r.reason}: {r.detail} (--strict stops at the first rejected row)")
-        report.note(rej)
-
-    try:
-        reader = EventCsvReader(path, settings)
-        report.unknown_columns = list(reader.unknown_columns)
-        bar = _progress(_estimate_rows(path), progress, "read", unit="row")
-        try:
-            for block in reader:
-                if bar is not None:
-                    bar.update(len(block.batch) + len(block.rejections))
-                report.rows += len(block.batch) + len(block.rejections)
-                # the replay rule: arrival times decide per event; without them the whole file is
-                # known and every event counts in its event-time timestep (docs/privacy.md §1.1)
-                arrival = block.arrival
-                rejected = (pipe.offer(block.batch, record_time=arrival, whole_input=arrival is None)
-                            if len(block.batch) else Rejections.empty())
-                note(Rejections.concat([block.rejections, rejected]) if len(rejected) else block.rejections)
-                if arrival is not None and arrival.size:
-                    frontier = float(arrival[-1])
-                    seal(final=False)
-            seal(final=True)
-        finally:
-            if bar is not None:
-                bar.close()
-    except CsvError as exc:
-        raise InputError(str(exc)) from None
-    report.accepted = pipe.stats.events_accepted
-    if not (kept_flat if personal else hists):
-        raise InputError(f"{path}: no valid events, so no timesteps to evaluate ({report.summary()})")
-    if personal:
-        domain = settings.domain().size
-        rows = PersonalRows(tuple(kept_flat), tuple(kept_persons), domain, bins // domain - 1, tuple(kept_cells))
-        return Truth(rows.totals(), report, rows)
-    return Truth(np.vstack(hists), report)
-
-
-def _load_counts(settings: Settings, path: Path) -> Truth:
-    """A counts file (:func:`stream.ingest.csvio.read_counts`): already aggregated and bounded."""
-    from stream.ingest.csvio import CsvError, read_counts
-
-    try:
-        arr = read_counts(path, settings.domain().size)
-    except CsvError as exc:
-        raise InputError(str(exc)) from None
-    report = InputReport("counts", str(path), rows=int(arr.shape[0]), accepted=int(arr.shape[0]))
-    return Truth(arr, report)

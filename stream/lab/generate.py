@@ -460,9 +460,9 @@ def generate(
     at the model's 99.9th percentile (about 22 × the median), so replay and evaluate follow the
     service's per-event rule (``docs/privacy.md`` §1.1) and about 0.1% of events are late.
 
-    The synthetic families (:mod:`stream.lab.families`: ``exponential``, ``sine``,
+    The synthetic families (:mod:`stream.planning.families`: ``exponential``, ``sine``,
     ``lognormal``, ``trend``, ``randomwalk``, ``sudden``) write a ``bins``-bin count stream
-    shaped by ``family`` (a :class:`~stream.lab.families.FamilyParams`); ``population`` is
+    shaped by ``family`` (a :class:`~stream.planning.families.FamilyParams`); ``population`` is
     ignored and the config declares ``privacy.population = scale · bins`` (public: the
     family's own parameter), w-event with ``w`` (default 10).
 
@@ -480,7 +480,7 @@ def generate(
     Raises:
         ValueError: a parameter is out of range.
     """
-    from stream.lab.families import (
+    from stream.planning.families import (
         FAMILIES,
         FamilyParams,
         family_attributes,

@@ -6,9 +6,9 @@ domain (10⁶–10¹² cells) that histogram does not fit, and the mechanisms th
 module compares do not need it: DPCopula (:class:`histogram.copula.DPCopula`)
 and DP k-way marginals (:class:`histogram.marginals.KWayMarginals`) release
 from the record table, and answer queries from their model. So this path keeps
-the *records* of every timestep (:func:`load_records`: the service's CSV
+the *records* of every timestep (:func:`stream.lab.inputs.load_records`: the service's CSV
 reader, row validation, windowing and contribution bounding, as
-:func:`stream.lab.evaluate.load_truth`, without an engine) and computes the
+:func:`stream.lab.inputs.load_truth`, without an engine) and computes the
 true answers from them. LPA and PSD need the histogram: they are built from
 the records only when the domain has at most ``max_cells`` cells, and skipped
 (with the reason in the result) otherwise.
@@ -57,15 +57,14 @@ import numpy as np
 from histogram.noise import NoiseDrawer, Randomness
 from histogram.records import RecordTable
 from stream.config import Settings
-from stream.lab.evaluate import EvaluationError, InputError, InputReport
+from stream.lab.errors import EvaluationError
+from stream.lab.inputs import RecordTruth
 from stream.lab.metrics import summarise
 
 __all__ = [
     "MECHANISMS",
     "QUERY_KINDS",
-    "RecordTruth",
     "evaluate_mechanisms",
-    "load_records",
     "parse_mechanisms",
 ]
 
@@ -104,88 +103,6 @@ def parse_mechanisms(text: str) -> list[str]:
     if len(set(names)) != len(names):
         raise EvaluationError(f"--mechanisms lists a mechanism twice: {','.join(names)}")
     return names
-
-
-# -- reading the records -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RecordTruth:
-    """Per-timestep record tables (``(n_t, m)`` int64 levels, after contribution bounding)."""
-
-    records: list[np.ndarray]
-    levels: tuple[int, ...]
-    report: InputReport
-
-    @property
-    def timesteps(self) -> int:
-        return len(self.records)
-
-
-def load_records(settings: Settings, path: str | Path, *, strict: bool = False) -> RecordTruth:
-    """The bounded records of every timestep of an events CSV, as the service would window them.
-
-    Same reader, validation, inclusion rule and contribution bounding as
-    :func:`stream.lab.evaluate.load_truth`, but no engine and no histogram: the
-    memory is the records', whatever the domain's size.
-    """
-    from stream.ingest.csvio import CsvError, EventCsvReader
-    from stream.ingest.events import REASONS, Rejections, validate_batch
-    from stream.ingest.windowing import ACCEPTED, Grid, Windower
-
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"input file {p} does not exist")
-    domain = settings.domain()
-    window = Windower(Grid.from_settings(settings), next_index=0)
-    bound = settings.privacy.contribution_bound
-    report = InputReport("events", str(p))
-    records: list[np.ndarray] = []
-    frontier = -math.inf
-
-    def seal(final: bool) -> None:
-        for cell in window.complete(frontier, final=final):
-            data = window.take(cell)
-            kept = data.bounded(bound)
-            report.bounded_out += len(data) - len(kept)
-            flat = np.asarray(kept.flat, dtype=np.int64)
-            records.append(np.stack(domain.unravel(flat), axis=1).astype(np.int64) if flat.size
-                           else np.zeros((0, len(domain.shape)), dtype=np.int64))
-            window.advance()
-
-    try:
-        reader = EventCsvReader(p, settings)
-        report.unknown_columns = list(reader.unknown_columns)
-        for block in reader:
-            batch = block.batch
-            report.rows += len(batch) + len(block.rejections)
-            rejected = [block.rejections]
-            if len(batch):
-                valid, bad = validate_batch(batch, domain, numeric_user_ids=settings.schema_.numeric_user_ids)
-                rejected.append(bad)
-                arrival = block.arrival
-                status = (window.offer_recorded(valid, np.asarray(arrival, dtype=np.float64)[valid.position])
-                          if arrival is not None else window.offer_whole(valid))
-                report.accepted += int((status == ACCEPTED).sum())
-                for code in np.unique(status[status != ACCEPTED]).tolist():  # windowing's reasons, by name
-                    reason = REASONS[int(code) - 1]
-                    report.rejected[reason] = report.rejected.get(reason, 0) + int((status == code).sum())
-                if arrival is not None and arrival.size:
-                    frontier = float(arrival[-1])
-                    seal(final=False)
-            rej = Rejections.concat(rejected)
-            if len(rej):
-                if strict:
-                    r = rej.first()
-                    raise InputError(f"{p}: line {r.row}: {r.reason}: {r.detail} (--strict stops at the first "
-                                     "rejected row)")
-                report.note(rej)
-        seal(final=True)
-    except CsvError as exc:
-        raise InputError(str(exc)) from None
-    if not records:
-        raise InputError(f"{p}: no valid events, so no timesteps to evaluate ({report.summary()})")
-    return RecordTruth(records, tuple(int(v) for v in domain.shape), report)
 
 
 # -- the true answers ---------------------------------------------------------------
@@ -436,7 +353,6 @@ class _Recorder:
 def engine_settings(settings: Settings, name: str, decision: str) -> Settings:
     """``settings`` with ``release.decision`` = ``decision`` and ``release.mechanism`` = the service's
     form of lab mechanism ``name`` (the copula with the lab's public floor n₀ = 0.9 × population)."""
-    from stream.lab.evaluate import settings_with
 
     release: dict[str, Any] = {"decision": decision, "copula": None, "marginals": None}
     if name in HISTOGRAM_MECHANISMS:
@@ -447,7 +363,7 @@ def engine_settings(settings: Settings, name: str, decision: str) -> Settings:
                                                    "min_records": max(2, (9 * pop) // 10) if pop else 100})
     else:
         release.update(mechanism="marginals", marginals={"k": int(name.partition("-")[2] or 2)})
-    return settings_with(settings, {"release": release})
+    return settings.with_changes({"release": release})
 
 
 @dataclass

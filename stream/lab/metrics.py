@@ -32,7 +32,8 @@ from histogram.query import RangeQueries, random_range_queries
 __all__ = [
     "QueryIndex",
     "Workload",
-    "ErrorAccumulator",
+    "RunErrors",
+    "stream_errors",
     "sized_range_queries",
     "t_interval",
     "t_quantile",
@@ -268,53 +269,147 @@ def _workload_from_compact(truth: np.ndarray, shape: tuple[int, ...], queries: Q
     """:meth:`Workload.__reduce__`'s inverse: every query's column from its distinct query's."""
     return Workload(truth, shape, queries, np.ascontiguousarray(compact[:, inverse]), sanity)
 
-class ErrorAccumulator:
-    """Sums of per-bin and per-query errors of one run, fed one timestep at a time.
+class RunErrors:
+    """The error figures of a stack of runs against one workload's truth, fed timestep by timestep.
 
-    Feed the published counts of each timestep with :meth:`add`; a new
-    ``key`` (the release's source timestep) recomputes the query answers,
-    a repeated one reuses them (republished counts are the same vector).
+    The one implementation of the evaluation's metrics (thesis §4.5.1–4.5.2): every lab path
+    (the engine stepped run by run, several runs stepped together, the non-private ``-true``
+    versions, the reference rows) feeds what it published here.
+
+    Inputs: ``published`` holds the counts each run published (records per bin, any real
+    dtype; a run with nothing published yet feeds the all-zero placeholder), shaped
+    ``(runs, bins)`` for one timestep (:meth:`add`) or ``(runs, k, bins)`` for ``k`` consecutive
+    timesteps (:meth:`add_block`); with ``runs == 1`` the leading axis may be left out. The truth
+    of timestep ``t`` is ``workload.truth[t]`` and ``workload.truth_answers[t]``.
+
+    Output (:meth:`metrics`, one dict per run), averaged over the timesteps fed and the bins (or
+    queries): ``mae`` (records per bin), ``mre`` (``|R − H| / max(s, H)``, dimensionless, ``s``
+    the workload's sanity bound), ``query_abs_error`` (records per range query) and
+    ``query_rel_error`` (NaN without queries).
+
+    Sums are kept per run in timestep order, each timestep's sum over bins taken first, so one run
+    fed step by step gives the same floats whatever the stack or block it is fed in. Query answers
+    are recomputed only for runs whose published counts changed since the previous timestep
+    (republished counts are the same vector, so are their answers).
     """
 
-    __slots__ = ("w", "abs_sum", "rel_sum", "qabs_sum", "qrel_sum", "steps", "_key", "_counts", "_answers")
+    __slots__ = ("w", "runs", "abs_sum", "rel_sum", "qabs_sum", "qrel_sum", "steps", "_sanity", "_qsanity",
+                 "_last", "_last_answers")
 
-    def __init__(self, workload: Workload) -> None:
+    def __init__(self, workload: Workload, runs: int = 1) -> None:
+        if runs < 1:
+            raise ValueError(f"need at least one run, got {runs}")
         self.w = workload
-        self.abs_sum = self.rel_sum = self.qabs_sum = self.qrel_sum = 0.0
+        self.runs = int(runs)
+        self.abs_sum = np.zeros(runs)
+        self.rel_sum = np.zeros(runs)
+        self.qabs_sum = np.zeros(runs)
+        self.qrel_sum = np.zeros(runs)
         self.steps = 0
-        self._key: object = object()
-        self._counts: np.ndarray | None = None
-        self._answers: np.ndarray | None = None
+        self._sanity = np.maximum(workload.sanity, workload.truth)
+        self._qsanity = (None if workload.truth_answers is None
+                         else np.maximum(workload.sanity, workload.truth_answers))
+        self._last: np.ndarray | None = None  # (runs, bins): the previous timestep's counts
+        self._last_answers: np.ndarray | None = None  # (runs, M): their answers
 
-    def add(self, t: int, key: object, counts: np.ndarray | None) -> None:
-        """Timestep ``t`` published ``counts`` (``None``: the all-zero placeholder)."""
+    def add(self, t: int, published: np.ndarray) -> None:
+        """Timestep ``t`` published ``published`` (``(runs, bins)``, or ``(bins,)`` for one run)."""
         w = self.w
-        if key != self._key or self._counts is None:
-            self._key = key
-            self._counts = (
-                np.zeros(w.bins, dtype=np.float64) if counts is None else np.asarray(counts, dtype=np.float64)
-            )
-            self._answers = w.answers(self._counts)
-        h = w.truth[t]
-        err = np.abs(self._counts - h)
-        self.abs_sum += float(err.sum())
-        self.rel_sum += float((err / np.maximum(w.sanity, h)).sum())
-        if self._answers is not None and w.truth_answers is not None:
-            a = w.truth_answers[t]
-            qerr = np.abs(self._answers - a)
-            self.qabs_sum += float(qerr.sum())
-            self.qrel_sum += float((qerr / np.maximum(w.sanity, a)).sum())
+        pub = np.asarray(published, dtype=np.float64)
+        if pub.ndim == 1 and self.runs == 1:
+            pub = pub[None]
+        if pub.shape != (self.runs, w.bins):
+            raise ValueError(f"published counts of shape {pub.shape}: expected (runs={self.runs}, bins={w.bins})")
+        if not 0 <= t < w.timesteps:
+            raise ValueError(f"timestep {t} is outside the workload's 0..{w.timesteps - 1}")
+        err = np.abs(pub - w.truth[t])
+        self.abs_sum += err.sum(axis=1)
+        self.rel_sum += (err / self._sanity[t]).sum(axis=1)
+        if w.queries is not None and w.truth_answers is not None:
+            last = self._last
+            if last is not None and np.array_equal(last, pub):  # republished everywhere: the same answers
+                answers = self._last_answers
+            else:
+                answers = self._answers(pub[:, None])[:, 0]
+            qerr = np.abs(answers - w.truth_answers[t])  # type: ignore[operator]
+            self.qabs_sum += qerr.sum(axis=1)
+            self.qrel_sum += (qerr / self._qsanity[t]).sum(axis=1)  # type: ignore[index]
+        self._last = pub.copy()  # the caller may reuse its buffer
         self.steps += 1
 
-    def metrics(self) -> dict[str, float]:
+    def add_block(self, start: int, published: np.ndarray) -> None:
+        """Timesteps ``start .. start + k - 1`` published ``published`` (``(runs, k, bins)``, or
+        ``(k, bins)`` for one run)."""
+        w = self.w
+        pub = np.asarray(published, dtype=np.float64)
+        if pub.ndim == 2 and self.runs == 1:
+            pub = pub[None]
+        if pub.ndim != 3 or pub.shape[0] != self.runs or pub.shape[2] != w.bins:
+            raise ValueError(f"published counts of shape {pub.shape}: expected (runs={self.runs}, timesteps, "
+                             f"bins={w.bins})")
+        k = pub.shape[1]
+        if not k:
+            return
+        stop = start + k
+        if start < 0 or stop > w.timesteps:
+            raise ValueError(f"timesteps {start}..{stop - 1} are outside the workload's 0..{w.timesteps - 1}")
+        err = np.abs(pub - w.truth[start:stop])
+        self._accumulate(self.abs_sum, self.rel_sum, err, self._sanity[start:stop])
+        if w.queries is not None and w.truth_answers is not None:
+            answers = self._answers(pub)
+            qerr = np.abs(answers - w.truth_answers[start:stop])
+            self._accumulate(self.qabs_sum, self.qrel_sum, qerr, self._qsanity[start:stop])
+        self._last = pub[:, -1].copy()  # the caller may reuse its buffer
+        self.steps += k
+
+    @staticmethod
+    def _accumulate(abs_sum: np.ndarray, rel_sum: np.ndarray, err: np.ndarray, sanity: np.ndarray) -> None:
+        """Add ``err`` (``(runs, k, n)``) per run, one timestep's sum over ``n`` at a time, in order."""
+        a = err.sum(axis=2)
+        r = (err / sanity).sum(axis=2)
+        for j in range(err.shape[1]):
+            abs_sum += a[:, j]
+            rel_sum += r[:, j]
+
+    def _answers(self, pub: np.ndarray) -> np.ndarray:
+        """The workload's query answers of every run and timestep of ``pub`` (``(runs, k, M)``)."""
+        q = self.w.queries
+        assert q is not None
+        runs, k, _ = pub.shape
+        if self._last is None:
+            changed = np.ones((runs, k), dtype=bool)
+            changed[:, 1:] = np.any(pub[:, :-1] != pub[:, 1:], axis=2)
+        else:
+            changed = np.any(np.concatenate([self._last[:, None], pub[:, :-1]], axis=1) != pub, axis=2)
+        out = np.empty((runs, k, q.corners.shape[0]))
+        if changed.any():
+            out[changed] = q.answer_batch(pub[changed])
+        for j in range(k):  # republished: the previous timestep's answers
+            same = ~changed[:, j]
+            if same.any():
+                out[same, j] = out[same, j - 1] if j else self._last_answers[same]  # type: ignore[index]
+        self._last_answers = out[:, -1]
+        return out
+
+    def metrics(self) -> list[dict[str, float]]:
+        """One dict of figures per run (see the class docstring for units)."""
         w, n = self.w, max(self.steps, 1)
         m = max(w.query_count, 1)
-        return {
-            "mae": self.abs_sum / (n * w.bins),
-            "mre": self.rel_sum / (n * w.bins),
-            "query_abs_error": self.qabs_sum / (n * m) if w.query_count else math.nan,
-            "query_rel_error": self.qrel_sum / (n * m) if w.query_count else math.nan,
-        }
+        return [{
+            "mae": float(self.abs_sum[r]) / (n * w.bins),
+            "mre": float(self.rel_sum[r]) / (n * w.bins),
+            "query_abs_error": float(self.qabs_sum[r]) / (n * m) if w.query_count else math.nan,
+            "query_rel_error": float(self.qrel_sum[r]) / (n * m) if w.query_count else math.nan,
+        } for r in range(self.runs)]
+
+
+def stream_errors(workload: Workload, published: np.ndarray) -> list[dict[str, float]]:
+    """:class:`RunErrors` of whole runs at once: ``published`` is ``(runs, timesteps, bins)`` (or
+    ``(timesteps, bins)`` for one run), every timestep of the workload; one dict per run."""
+    pub = np.asarray(published)
+    acc = RunErrors(workload, 1 if pub.ndim == 2 else pub.shape[0])
+    acc.add_block(0, pub)
+    return acc.metrics()
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:

@@ -5,7 +5,7 @@ counts per budget level, and Jorgensen et al.'s Sampling routes each person by a
 by the stream's randomness. So the lab keeps more than the true histograms:
 
 1. the input is read once with the service's reader, validation, windowing, routing and
-   contribution bounding (:func:`stream.lab.evaluate.load_truth`), under the *Minimum* plan of
+   contribution bounding (:func:`stream.lab.inputs.load_truth`), under the *Minimum* plan of
    the same declaration: every event is routed to its own budget level and no coin is drawn.
    What is kept per timestep (:class:`PersonalRows`) is each counted event's ``level · bins +
    bin`` and its canonical person key — raw data, held in memory by the evaluation only, never
@@ -109,7 +109,7 @@ class PersonalRows:
 def parse_personal(text: str) -> list[str]:
     """``"all"`` → the five mechanisms; ``"minimum,privacy_aware"`` → checked list, no repeats
     (``privacy-aware`` is accepted for ``privacy_aware``)."""
-    from stream.lab.evaluate import EvaluationError
+    from stream.lab.errors import EvaluationError
 
     items = [m.strip().lower().replace("-", "_") for m in text.split(",") if m.strip()]
     if items == ["all"]:
@@ -138,7 +138,7 @@ def with_pdp_mechanism(settings: Settings, mechanism: str) -> Settings:
     """``settings`` re-validated with ``privacy.personal.mechanism`` = ``mechanism`` (and a threshold
     for Threshold/Sampling: the configured one, else :func:`default_threshold`; the configured
     ``weights`` for the partitions)."""
-    from stream.lab.evaluate import EvaluationError, settings_with
+    from stream.lab.errors import EvaluationError
 
     personal = settings.privacy.personal
     if personal is None:
@@ -152,7 +152,7 @@ def with_pdp_mechanism(settings: Settings, mechanism: str) -> Settings:
     # privacy.personal.weights combines a partition's parts; the one-part plans take none
     change["weights"] = personal.weights if mechanism in ("privacy_aware", "utility_based") else None
     try:
-        return settings_with(settings, {"privacy": {"personal": change}})
+        return settings.with_changes({"privacy": {"personal": change}})
     except ConfigError as exc:
         raise EvaluationError(f"PDP mechanism {mechanism} cannot run with this declaration: {exc}") from None
 
@@ -176,7 +176,8 @@ def run_personal(
     """One run of a personalized stream: the engine with ``randomness`` (coins and noise), stepped on
     the rows routed by its own coins; a :class:`stream.lab.evaluate.RunTrace` against everyone's
     true histograms (``workload.truth``)."""
-    from stream.lab.evaluate import EvaluationError, run_method
+    from stream.lab.errors import EvaluationError
+    from stream.lab.evaluate import run_method
 
     decl = settings.personal_declaration()
     if decl.levels.size != rows.levels or rows.bins != workload.bins or rows.timesteps != workload.timesteps:

@@ -1,5 +1,5 @@
 """``dpstream evaluate --recommend``: rank every candidate on a history and say why (issue 13 item 3,
-the evaluation half; ``decision: auto``, which never reads the history, is :mod:`stream.lab.planner`).
+the evaluation half; ``decision: auto``, which never reads the history, is :mod:`stream.planning.planner`).
 
 The candidates are every decision method this configuration can run
 (:data:`controller.method.METHODS`, so methods added there are picked up), each as published
@@ -17,7 +17,8 @@ from typing import Any
 
 from controller.method import METHODS
 from stream.config import Settings
-from stream.lab.evaluate import EvaluationError, check_methods
+from stream.lab.errors import EvaluationError
+from stream.lab.evaluate import check_methods
 
 __all__ = ["CAVEAT", "candidates", "ranking", "recommendation"]
 

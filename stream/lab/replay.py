@@ -1,7 +1,7 @@
 """Offline replay: a CSV file through exactly the service's release path, into JSONL.
 
 ``events CSV → EventCsvReader → ReleasePipeline.offer/seal → one line per
-message``. The pipeline is the one the Kafka service runs (same validation,
+message``, read by the lab's one events loop (:func:`stream.lab.inputs.feed_events`). The pipeline is the one the Kafka service runs (same validation,
 windowing, contribution bounding, ``Engine.step``, noise keys and message
 bytes), so a seeded replay and the seeded service write identical releases.
 Which events count (``docs/privacy.md`` §1.1): with ``schema.arrival_time``
@@ -22,7 +22,6 @@ With ``counts=True`` the input is a counts file (one row per timestep, see
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 import time
@@ -32,16 +31,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from stream.ingest.csvio import DEFAULT_BLOCK_SIZE, EventCsvReader, read_counts
-from stream.ingest.events import LATE_REASON, REASONS, Rejections
+from stream.ingest.csvio import DEFAULT_BLOCK_SIZE
+from stream.ingest.events import LATE_REASON, Rejections
+from stream.lab.inputs import counts_rows, feed_events, note_rejections, pipeline_offer
 from stream.pipeline import ReleasePipeline, SealedRelease
 
 __all__ = ["ReplayError", "ReplaySummary", "replay"]
-
-FIRST_ROWS = 5
-
 
 class ReplayError(ValueError):
     """The input cannot be replayed (``--strict`` and a rejected row, or no usable data)."""
@@ -80,16 +75,7 @@ class ReplaySummary:
         return sum(v for k, v in self.rejected.items() if k != LATE_REASON)
 
     def note(self, rej: Rejections) -> None:
-        if not len(rej):
-            return
-        for reason, n in rej.counts().items():
-            self.rejected[reason] = self.rejected.get(reason, 0) + n
-        rows = rej.row
-        for code in np.unique(rej.reason).tolist():
-            reason = REASONS[code - 1]
-            r = rows[(rej.reason == code) & (rows >= 0)]
-            merged = sorted(set(self.first_rows.get(reason, [])) | set(np.sort(r)[:FIRST_ROWS].tolist()))
-            self.first_rows[reason] = merged[:FIRST_ROWS]
+        note_rejections(self.rejected, self.first_rows, rej)
 
     def add(self, sealed: SealedRelease) -> None:
         m = sealed.message
@@ -163,13 +149,6 @@ def _first(rows: list[int] | None) -> str:
     return " (first lines " + ", ".join(str(r) for r in rows) + ")"
 
 
-def _strict_error(path: Path, rej: Rejections) -> ReplayError:
-    r = rej.first()
-    assert r is not None
-    where = f"line {r.row}" if r.row is not None else "a line"
-    return ReplayError(f"{path}: {where}: {r.reason}: {r.detail} (--strict stops at the first rejected row)")
-
-
 def replay(
     settings: Any,
     input_path: str | Path,
@@ -209,41 +188,25 @@ def replay(
                     on_release(sealed)
 
         if counts:
-            table = read_counts(inp, pipe.domain.size)
+            table = counts_rows(inp, pipe.domain.size)
             summary.rows_read = summary.accepted = int(table.shape[0])
             for row in table:
                 emit([pipe.release_counts(row)])
         else:
-            reader = EventCsvReader(inp, settings, block_size=block_size)
-            frontier = -math.inf
-            summary.unknown_columns = list(reader.unknown_columns)
-            bar = None
-            if progress is not False:
-                from stream.lab.evaluate import _estimate_rows
-                from stream.lab.progress import progress_bar
+            # the lab's one events loop (stream.lab.inputs.feed_events): the service's reader, the
+            # pipeline's validation and windowing, sealed as arrival times progress (docs/privacy.md
+            # §1.1: arrival times decide per event; without them every event counts in its
+            # event-time timestep, sealed at the end), each sealed timestep stepped and written
+            def seal(frontier: float, final: bool) -> None:
+                emit(pipe.seal(final=final, record_frontier=frontier))
 
-                bar = progress_bar(_estimate_rows(inp), progress, "replay", unit="row")
-            for block in reader:
-                if bar is not None:
-                    bar.update(len(block.batch) + len(block.rejections))
-                if strict and len(block.rejections):
-                    raise _strict_error(inp, block.rejections)
-                summary.note(block.rejections)
-                arrival = block.arrival  # schema.arrival_time: the per-event rule (docs/privacy.md §1.1)
-                # without arrival times the whole file is known: every event counts in its
-                # event-time timestep, sealed at the end (docs/privacy.md §1.1 "Offline")
-                rej = pipe.offer(block.batch, record_time=arrival, whole_input=arrival is None)
-                if strict and len(rej):
-                    raise _strict_error(inp, rej)
-                summary.note(rej)
-                summary.rows_read += len(block.batch) + len(block.rejections)
-                if arrival is not None:
-                    if arrival.size:
-                        frontier = float(arrival[-1])
-                    emit(pipe.seal(record_frontier=frontier))
-            if bar is not None:
-                bar.close()
-            emit(pipe.seal(final=True, record_frontier=math.inf if reader.arrival_col else -math.inf))
+            def opened(reader: Any) -> None:
+                summary.unknown_columns = list(reader.unknown_columns)
+
+            feed = feed_events(settings, inp, offer=pipeline_offer(pipe), seal=seal, note=summary.note,
+                               strict=strict, error=ReplayError, progress=progress, desc="replay",
+                               block_size=block_size, on_open=opened)
+            summary.rows_read = feed.rows
             summary.accepted = pipe.stats.events_accepted
         out.commit()
     summary.seconds = time.perf_counter() - t0

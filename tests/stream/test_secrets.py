@@ -114,9 +114,8 @@ def test_every_password_like_setting_is_secret():
 
 
 def test_a_copy_with_changes_keeps_the_secret(config, monkeypatch):
-    """stream.lab.evaluate.settings_with rebuilds settings from a JSON dump, which masks secrets."""
-    from stream.lab.evaluate import settings_with
+    """Settings.with_changes rebuilds settings from a JSON dump, which masks secrets."""
 
     monkeypatch.setenv("DPSTREAM_KAFKA__SASL_PLAIN_PASSWORD", PASSWORD)
-    copy = settings_with(load_settings(config), {"release": {"decision": "dsft"}})
+    copy = load_settings(config).with_changes({"release": {"decision": "dsft"}})
     assert copy.kafka.sasl_plain_password.get_secret_value() == PASSWORD

@@ -76,7 +76,7 @@ class MarginalsSection(Section):
 
 
 class PlannerSection(Section):
-    """``release.planner``: options of ``decision: auto`` (:mod:`stream.lab.planner`).
+    """``release.planner``: options of ``decision: auto`` (:mod:`stream.planning.planner`).
 
     ``public_history``: a counts file the user **declares public** (read by the planner instead of
     synthetic streams; never the stream's own input). ``runs``: seeded simulation runs per stream;

@@ -15,7 +15,7 @@ from scipy import stats
 from histogram.noise import discrete_laplace_mean_abs
 from histogram.query import answer_range_queries, random_range_queries
 from stream.config import Settings
-from stream.lab.evaluate import EvaluationError, evaluate, parse_methods, settings_with
+from stream.lab.evaluate import EvaluationError, evaluate, parse_methods
 from stream.lab.metrics import QueryIndex, Workload, sized_range_queries, t_interval
 
 KEYS = ("mae", "mre", "query_abs_error", "query_rel_error", "fresh_releases", "epsilon_spent", "max_window_spend")
@@ -170,12 +170,12 @@ def test_runs_are_reproducible_and_seeds_differ():
     assert a == b and a != c
 
 
-def test_settings_with_revalidates():
+def test_with_changes_revalidates():
     s = _settings()
-    assert settings_with(s, {"release": {"k": 0.2}}).release.k == Fraction(1, 5)
-    assert settings_with(s, {"privacy": {"epsilon": 0.5}}).privacy.horizon == 20
+    assert s.with_changes({"release": {"k": 0.2}}).release.k == Fraction(1, 5)
+    assert s.with_changes({"privacy": {"epsilon": 0.5}}).privacy.horizon == 20
     with pytest.raises(ValueError, match="epsilon"):
-        settings_with(s, {"privacy": {"epsilon": -1}})
+        s.with_changes({"privacy": {"epsilon": -1}})
 
 
 def test_query_index_matches_reference_answers():
@@ -201,14 +201,14 @@ def test_relative_error_uses_the_sanity_bound():
     truth = np.array([[0, 4] * 25] * 3, dtype=np.int64)
     w1 = Workload.build(truth, (10, 5), queries=0, seed=0, sanity=1.0)
     w2 = Workload.build(truth, (10, 5), queries=0, seed=0, sanity=8.0)
-    from stream.lab.metrics import ErrorAccumulator
+    from stream.lab.metrics import RunErrors
 
     for w, expect in ((w1, (2 / 1 + 2 / 4) / 2), (w2, (2 / 8 + 2 / 8) / 2)):
-        acc = ErrorAccumulator(w)
+        acc = RunErrors(w)
         for t in range(3):
-            acc.add(t, "r", truth[t] + 2)
-        assert acc.metrics()["mre"] == pytest.approx(expect)
-        assert acc.metrics()["mae"] == pytest.approx(2.0)
+            acc.add(t, truth[t] + 2)
+        assert acc.metrics()[0]["mre"] == pytest.approx(expect)
+        assert acc.metrics()[0]["mae"] == pytest.approx(2.0)
 
 
 def test_t_interval_matches_scipy():
@@ -399,8 +399,8 @@ def test_replay_with_seed_s_plus_r_reproduces_run_r(tmp_path, cli):
     """The evaluation steps the service's engine with the service's noise: replay --seed reproduces a run."""
     from histogram.noise import Randomness
     from stream.config import load_settings
-    from stream.lab.evaluate import load_truth
     from stream.lab.generate import generate
+    from stream.lab.inputs import load_truth
 
     d = tmp_path / "g"
     generate("traffic", d, timesteps=10, population=50, seed=3, grid=6, w=5)

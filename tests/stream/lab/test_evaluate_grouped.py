@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stream.config import ConfigError, Settings
-from stream.lab.evaluate import EvaluationError, evaluate, settings_with
+from stream.lab.evaluate import EvaluationError, evaluate
 from tests.stream.lab.test_evaluate import _config, _settings, _truth
 
 
@@ -33,4 +33,4 @@ def test_they_are_refused_under_user_level_and_with_psd():
     with pytest.raises(EvaluationError, match="adapub is a w-event mechanism"):
         evaluate(_settings(), _truth(), ["adapub"], runs=1, queries=0, progress=False)
     with pytest.raises((ConfigError, ValueError), match="lpa"):
-        settings_with(_settings("w-event", w=5, cutoff=2), {"release": {"decision": "rescuedp", "mechanism": "psd"}})
+        _settings("w-event", w=5, cutoff=2).with_changes({"release": {"decision": "rescuedp", "mechanism": "psd"}})

@@ -13,7 +13,8 @@ import yaml
 from histogram.noise import Randomness
 from stream.commands.cli import main
 from stream.config import load_settings
-from stream.lab.evaluate import EvaluationError, evaluate, load_truth
+from stream.lab.evaluate import EvaluationError, evaluate
+from stream.lab.inputs import load_truth
 from stream.lab.metrics import Workload
 from stream.lab.personal import (
     PersonalRows,

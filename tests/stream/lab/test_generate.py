@@ -172,8 +172,8 @@ def test_arrival_times_are_seeded_in_arrival_order_and_followed_by_evaluate_and_
     arrival order across timestep boundaries, a config with schema.arrival_time and a lateness at
     the 99.9th percentile; evaluate and replay follow it (a few tail events late), and without the
     column the same events all count in their event-time timesteps."""
-    from stream.lab.evaluate import load_truth
     from stream.lab.generate import generate as gen
+    from stream.lab.inputs import load_truth
     from stream.lab.replay import replay
 
     a = gen("census", tmp_path / "a", timesteps=8, population=3000, seed=5, dimensions=2, timestep="60s",

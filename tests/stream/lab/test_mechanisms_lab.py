@@ -10,14 +10,14 @@ import pytest
 
 from stream.commands.cli import main
 from stream.config import load_settings
-from stream.lab.evaluate import EvaluationError, load_truth, settings_with
+from stream.lab.evaluate import EvaluationError
 from stream.lab.generate import generate
 from stream.lab.highdim import HighDimParams, query_workload, random_boxes
+from stream.lab.inputs import load_records, load_truth
 from stream.lab.mechanisms import (
     _box_counts,
     _schedule,
     evaluate_mechanisms,
-    load_records,
     parse_mechanisms,
 )
 
@@ -65,7 +65,7 @@ def test_boxes_constrain_the_asked_number_of_attributes():
 
 
 def test_lpa_with_negligible_noise_answers_every_query_exactly(census):
-    s = settings_with(load_settings(census / "config.yaml"), {"privacy": {"epsilon": 10**9}})
+    s = load_settings(census / "config.yaml").with_changes({"privacy": {"epsilon": 10**9}})
     rec = load_records(s, census / "events.csv")
     r = evaluate_mechanisms(s, rec, ["lpa"], runs=1, queries=30, schedule="uniform")
     row = r["methods"]["lpa"]
@@ -78,7 +78,7 @@ def test_lpa_with_negligible_noise_answers_every_query_exactly(census):
 
 
 def test_schedule_spends_the_config_epsilon_and_c(highdim):
-    s = settings_with(load_settings(highdim / "config.yaml"), {"privacy": {"cutoff": 2}})
+    s = load_settings(highdim / "config.yaml").with_changes({"privacy": {"cutoff": 2}})
     assert _schedule(s, "fixed", 4) == [Fraction(1, 2), None, Fraction(1, 2), None]
     assert _schedule(s, "uniform", 4) == [Fraction(1, 4)] * 4
     rec = load_records(s, highdim / "events.csv")
@@ -156,13 +156,13 @@ def test_a_decision_in_front_publishes_what_the_service_publishes(highdim, name,
     from stream.lab.mechanisms import _run_engine, engine_settings
     from stream.lab.replay import replay
 
-    s = settings_with(load_settings(highdim / "config.yaml"), changes) if changes else load_settings(
+    s = load_settings(highdim / "config.yaml").with_changes(changes) if changes else load_settings(
         highdim / "config.yaml")
     rec = load_records(s, highdim / "events.csv")
     m = len(rec.levels)
     tables = [(j,) for j in range(m)] + list(combinations(range(m), 2))
     run = _run_engine(s, name, decision, rec, query_workload(rec.levels, 5, 0), tables, Randomness.seeded(3), 500)
-    seeded = settings_with(engine_settings(s, name, decision), {"randomness": {"seed": 3, "allow_seeded_noise": True}})
+    seeded = engine_settings(s, name, decision).with_changes({"randomness": {"seed": 3, "allow_seeded_noise": True}})
     messages = []
     replay(seeded, highdim / "events.csv", None, on_release=lambda r: messages.append(json.loads(r.payload)))
     assert [msg["kind"] for msg in messages] == run.kinds

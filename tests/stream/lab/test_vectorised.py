@@ -20,8 +20,8 @@ from histogram.noise import Randomness
 from histogram.postprocess import postprocess
 from stream.lab import evaluate as ev
 from stream.lab import vectorised as vec
-from stream.lab.families import family_series
 from stream.lab.metrics import Workload
+from stream.planning.families import family_series
 from tests.histogram.test_noise_sampler import DRAWS, check_discrete_laplace
 from tests.stream.lab.test_evaluate import _settings, _truth
 

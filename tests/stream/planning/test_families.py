@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from stream.config import load_settings
-from stream.lab.evaluate import load_truth
-from stream.lab.families import FAMILIES, FLOOR, FamilyParams, family_series
 from stream.lab.generate import generate
+from stream.lab.inputs import load_truth
+from stream.planning.families import FAMILIES, FLOOR, FamilyParams, family_series
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

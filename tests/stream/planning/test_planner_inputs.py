@@ -1,6 +1,6 @@
 """The whole plan of ``decision: auto`` comes from configuration only (issue 27 item 7).
 
-``tests/stream/lab/test_planner.py`` compares only the *chosen method* for
+``tests/stream/planning/test_planner.py`` compares only the *chosen method* for
 two private inputs, and one of them peaks at exactly the declared
 population: a planner that read the input's population (its peak) would
 plan with the declared value on that input and could choose the same method
@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from stream.config import Settings
-from stream.lab import planner
 from stream.lab.evaluate import evaluate
-from stream.lab.planner import plan, resolve
-from tests.stream.lab.test_planner import _config
+from stream.planning import planner
+from stream.planning.planner import plan, resolve
+from tests.stream.planning.test_planner import _config
 
 DECLARED = 200
 
@@ -101,7 +101,6 @@ def test_a_planner_reading_the_input_population_is_caught():
     """The broken variant: the plan ``evaluate`` reports is computed with the evaluated input's peak as
     the population (patched in around ``Workload.build``, which sees the input first)."""
     import stream.lab.evaluate as evaluate_mod
-    from stream.lab.evaluate import settings_with
 
     seen: dict[str, int] = {}
     real_build, real_plan = evaluate_mod.Workload.build, planner.plan
@@ -112,7 +111,7 @@ def test_a_planner_reading_the_input_population_is_caught():
 
     def reading_plan(settings, **kwargs):  # type: ignore[no-untyped-def]
         if "peak" in seen:
-            settings = settings_with(settings, {"privacy": {"population": seen["peak"]}})
+            settings = settings.with_changes({"privacy": {"population": seen["peak"]}})
         return real_plan(settings, **kwargs)
 
     planner._CACHE.clear()

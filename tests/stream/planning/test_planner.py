@@ -16,9 +16,9 @@ from controller.errors import ConfigurationError
 from controller.method import METHODS
 from stream.commands import load_resolved
 from stream.config import Settings, load_settings
-from stream.lab import planner
-from stream.lab.evaluate import evaluate, settings_with
-from stream.lab.planner import AUTO, plan, resolve, warnings_for
+from stream.lab.evaluate import evaluate
+from stream.planning import planner
+from stream.planning.planner import AUTO, plan, resolve, warnings_for
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -125,7 +125,7 @@ def test_auto_resolves_to_a_concrete_method_and_pins(tmp_path) -> None:
     text = resolved.plan.text()
     assert "chose" in text and "public information only" in text
     # writing the printed release settings into the config reproduces the same fingerprint
-    pinned = settings_with(raw, {"release": resolved.plan.choice.release_changes()})
+    pinned = raw.with_changes({"release": resolved.plan.choice.release_changes()})
     assert pinned.fingerprint() == resolved.fingerprint()
     # the planner section is how, not what: it does not enter the fingerprint
     no_planner = _config(decision=resolved.release.decision)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from stream.config import Settings
-from stream.lab.diagnostics import threshold_below_noise_floor
 from stream.lab.evaluate import evaluate
+from stream.planning.diagnostics import threshold_below_noise_floor
 
 
 def _settings(threshold: float, *, decision: str = "dsft", noise_floor: bool = False, population: int | None = 400,

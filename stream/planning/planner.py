@@ -12,10 +12,10 @@ data arrives, from what the configuration declares:
   counts file: one row per timestep, one column per bin).
 
 It runs every candidate — each decision method this configuration can run
-(:data:`controller.method.METHODS`, through :func:`stream.lab.recommend.candidates`), DSFT and
+(:data:`controller.method.METHODS`, through :func:`runnable_methods`), DSFT and
 DSAT both with the configured threshold and with ``release.noise_floor: true``, each as published,
 ``nonnegative`` and (lab) ``kalman``-smoothed — through the engine on **synthetic public
-streams**: the six families of :mod:`stream.lab.families` (the w-event benchmark's shapes),
+streams**: the six families of :mod:`stream.planning.families` (the w-event benchmark's shapes),
 totals scaled to the declared population and spread over the ``U`` bins by a fixed Dirichlet
 share (:func:`scenario`), ``runs`` seeded runs each. Every candidate's mean absolute error per
 bin is divided by the best candidate's on the same scenario; the planner chooses the candidate
@@ -30,7 +30,7 @@ published. The same configuration gives the same choice on every machine and eve
 
 Warnings (:class:`Plan.warnings`, also for non-``auto`` configs via :func:`warnings_for`): the
 configured DSFT/DSAT threshold lies below the distance's noise floor
-(:func:`stream.lab.diagnostics.threshold_below_noise_floor`), or the method is expected to do
+(:func:`stream.planning.diagnostics.threshold_below_noise_floor`), or the method is expected to do
 worse than publishing nothing: for ``auto``, its simulated error exceeds the zero release's on
 some scenarios; for any method, the expected noise of its most generous fresh release alone
 already exceeds the zero release's error ``n / U`` (:func:`noise_above_data`).
@@ -47,9 +47,10 @@ from typing import Any
 
 import numpy as np
 
+from controller.method import METHODS
 from histogram.noise import Randomness
 from histogram.postprocess import POSTPROCESSORS, PostProcessor, postprocess
-from stream.lab.families import FAMILIES, FLOOR, FamilyParams, family_series, spread_over_bins
+from stream.planning.families import FAMILIES, FLOOR, FamilyParams, family_series, spread_over_bins
 
 __all__ = [
     "AUTO",
@@ -61,6 +62,7 @@ __all__ = [
     "resolve",
     "scenario",
     "noise_above_data",
+    "runnable_methods",
     "warnings_for",
 ]
 
@@ -205,7 +207,7 @@ def planning_timesteps(facts: dict[str, Any]) -> int:
 def scenario(family: str, timesteps: int, bins: int, population: int, seed: int = SCENARIO_SEED) -> np.ndarray:
     """A synthetic public ``(timesteps, bins)`` count stream shaped by public parameters only.
 
-    The total per timestep is the ``family`` stream (:func:`stream.lab.families.family_series`)
+    The total per timestep is the ``family`` stream (:func:`stream.planning.families.family_series`)
     whose largest value is the declared ``population``; with ``bins > 1`` each timestep's total is
     spread over the bins by a multinomial draw with shares from a Dirichlet(:data:`ALPHA`) draw
     (fixed per stream), so a sparse domain (``population / bins`` below 1) gives sparse
@@ -275,14 +277,13 @@ def simulate(settings: Any, streams: list[np.ndarray], runs: int, seed: int
              ) -> tuple[dict[str, list[float]], dict[str, Candidate]]:
     """Every candidate's mean absolute error per bin on each stream (mean over ``runs`` seeded runs;
     run ``r`` on stream ``i`` draws from seed ``seed + 100·i + r``), and the candidates by name."""
-    from stream.lab.evaluate import settings_with
 
     posts = (*SERVICE_POST, *LAB_POST)
     mae: dict[str, list[float]] = {}
     cands: dict[str, Candidate] = {}
     for bc in _bases(settings):
-        s = settings_with(settings, {"release": {k: v for k, v in bc.release_changes().items()
-                                                 if k != "postprocess"}})
+        s = settings.with_changes({"release": {k: v for k, v in bc.release_changes().items()
+                                               if k != "postprocess"}})
         per_stream = []
         for i, truth in enumerate(streams):
             errs = [_simulate(s, truth, seed + 100 * i + r, posts) for r in range(runs)]
@@ -295,17 +296,26 @@ def simulate(settings: Any, streams: list[np.ndarray], runs: int, seed: int
     return mae, cands
 
 
+def runnable_methods(settings: Any) -> list[str]:
+    """The decision methods (:data:`controller.method.METHODS`, in that order) this configuration
+    can run: those for which ``settings`` re-validated with ``release.decision`` set to the method
+    is a valid configuration (e.g. not ``bd``/``ba`` under user-level privacy)."""
+    from stream.config import ConfigError
+
+    out = []
+    for method in METHODS:
+        try:
+            settings.with_changes({"release": {"decision": method}})
+        except ConfigError:
+            continue
+        out.append(method)
+    return out
+
+
 def _bases(settings: Any) -> list[Candidate]:
     """The (decision, parameters) pairs to simulate: every method this configuration can run."""
-    from stream.lab.recommend import candidates
-
-    runnable = []
-    for name in candidates(settings):
-        base = name.partition("+")[0]
-        if base not in runnable and base != AUTO:
-            runnable.append(base)
     out = []
-    for base in runnable:
+    for base in runnable_methods(settings):
         if base in DISTANCE:
             if not settings.privacy.population:
                 continue  # DSFT/DSAT need a declared population
@@ -320,9 +330,8 @@ def _bases(settings: Any) -> list[Candidate]:
 
 def _concrete(settings: Any) -> Any:
     """``settings`` with ``release.decision`` set to a runnable placeholder (for re-validation)."""
-    from stream.lab.evaluate import settings_with
 
-    return settings_with(settings, {"release": {"decision": "uniform"}}) if settings.release.decision == AUTO \
+    return settings.with_changes({"release": {"decision": "uniform"}}) if settings.release.decision == AUTO \
         else settings
 
 
@@ -375,9 +384,8 @@ def plan(settings: Any, *, runs: int | None = None) -> Plan:
     choice = next(cands[n] for n in order if cands[n].publishable(settings.privacy.population))
     result = Plan(choice, lab_choice, tuple(streams), scores, {n: tuple(v) for n, v in mae.items()}, zero,
                   (), (), facts)
-    from stream.lab.evaluate import settings_with
 
-    result = _explain(result, settings_with(base, {"release": choice.release_changes()}))
+    result = _explain(result, base.with_changes({"release": choice.release_changes()}))
     _CACHE[key] = result
     return result
 
@@ -497,7 +505,7 @@ def warnings_for(settings: Any, *, simulated: bool = False) -> list[str]:
     """Warnings about a configuration from public information only (no simulation):
     threshold below the noise floor; noise above the data (``simulated``: skip, the plan's own
     zero-release comparison replaces it)."""
-    from stream.lab.diagnostics import threshold_below_noise_floor
+    from stream.planning.diagnostics import threshold_below_noise_floor
 
     out = []
     if settings.release.decision == AUTO:
@@ -516,11 +524,10 @@ def auto_method(settings: Any) -> tuple[str, Any]:
     """What ``evaluate --methods auto`` runs: the row name (``auto``, or ``auto+kalman`` when the
     plan's choice smooths) and the settings of the plan's choice (what the service would publish).
     Reads only the configuration (:func:`plan`), never the evaluated input."""
-    from stream.lab.evaluate import settings_with
 
     chosen = plan(settings).choice
     name = AUTO + (f"+{chosen.post}" if chosen.post in LAB_POST else "")
-    return name, settings_with(_concrete(settings), {"release": chosen.release_changes()})
+    return name, _concrete(settings).with_changes({"release": chosen.release_changes()})
 
 
 def resolve(settings: Any) -> Any:
@@ -528,9 +535,8 @@ def resolve(settings: Any) -> Any:
     :class:`stream.config.Settings` whose ``plan`` is the :class:`Plan`); others unchanged."""
     if settings.release.decision != AUTO:
         return settings
-    from stream.lab.evaluate import settings_with
 
     chosen = plan(settings)
-    out = settings_with(_concrete(settings), {"release": chosen.choice.release_changes()})
+    out = _concrete(settings).with_changes({"release": chosen.choice.release_changes()})
     out._plan = chosen  # a private attribute: not a setting, not in the fingerprint
     return out
