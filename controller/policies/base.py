@@ -97,6 +97,16 @@ class DecisionPolicy(Protocol):
         """Update the state after a fresh release was drawn at ``timestep``."""
         ...
 
+    def charges(self) -> tuple[Fraction, ...]:
+        """The policy's privacy map: public ε amounts of which every charge it makes (decision
+        noise, tests, publications) is a whole-number combination, together with ``unit.epsilon``.
+
+        A lab ledger counts ε in whole multiples of their rational gcd
+        (:class:`controller.ledger.UnitLedger`), so a charge off this grid is refused, not rounded;
+        the policy conformance suite checks every charge the engine makes against it.
+        """
+        ...
+
     def state_to_json(self, state: Any) -> dict[str, Any]: ...
 
     def state_from_json(self, data: dict[str, Any]) -> Any: ...

@@ -72,6 +72,9 @@ class UniformPolicy(_Stateless):
             return REPUBLISH, None
         return fresh(eps, "uniform"), None
 
+    def charges(self) -> tuple[Fraction, ...]:
+        return (self.per_timestep,)
+
     def describe(self) -> dict[str, Any]:
         return {"decision": self.name, "per_timestep_epsilon": str(self.per_timestep)}
 
@@ -102,6 +105,9 @@ class FixedPolicy(_Stateless):
         if not ctx.accountant.can_spend(ctx.timestep, eps):
             return REPUBLISH, None
         return fresh(eps, "schedule"), None
+
+    def charges(self) -> tuple[Fraction, ...]:
+        return (self.per_release,)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -84,6 +84,9 @@ class SamplePolicy(_Stateless):
             return REPUBLISH, None  # cannot happen with a fresh ledger; never overspend if it does
         return fresh(self.per_release, "sample"), None
 
+    def charges(self) -> tuple[Fraction, ...]:
+        return (self.per_release,)
+
     def describe(self) -> dict[str, Any]:
         return {"decision": self.name, "interval": self.unit.w, "per_release_epsilon": str(self.per_release)}
 
@@ -230,6 +233,10 @@ class PegasusPolicy:
         width = np.broadcast_to(np.float64(np.inf), out.shape)
         return NoisyHistogram(out, noisy.epsilon, width, noisy.confidence, {"smoothed_over": new.size}), new
 
+    def charges(self) -> tuple[Fraction, ...]:
+        """ε_p per perturbation, ε_g per grouping test."""
+        return (self.epsilon_p, self.epsilon_g)
+
     def on_fresh(self, state: PegasusState, timestep: int) -> PegasusState:
         return state
 
@@ -374,6 +381,9 @@ class FastPolicy:
         width = np.broadcast_to(np.float64(np.inf), posterior.shape)  # a filtered estimate: no interval claimed
         details = {"kalman_gain": round(1.0 - variance / r, 6) if state.estimate is not None else 1.0}
         return NoisyHistogram(posterior, noisy.epsilon, width, noisy.confidence, details), new
+
+    def charges(self) -> tuple[Fraction, ...]:
+        return (self.per_sample,)
 
     def on_fresh(self, state: FastState, timestep: int) -> FastState:
         return state

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from controller.accountant import WindowAccountant
 from controller.errors import ConfigurationError
+from controller.ledger import charge_unit
 from controller.method import MethodSpec, build_engine
 from controller.pid import PIDController, PIDGains
 from controller.policies.sampling import DistanceSamplingPolicy, WEventSamplingPolicy
@@ -57,6 +58,11 @@ def test_conformance(unit, name, engine):
         assert isinstance(acct, WindowAccountant)
         assert acct.max_window_spend <= 1
     assert state.fresh_count == sum(r.kind == "fresh" for r in releases)
+    # the declared privacy map: every charge is a whole multiple of the charges' unit (the lab's
+    # UnitLedger counts in it and refuses anything else)
+    grid = charge_unit([engine.policy.unit.epsilon, *engine.policy.charges()])
+    charged = [e.epsilon for r in releases for e in r.ledger]
+    assert charged and all((eps / grid).denominator == 1 for eps in charged), (grid, set(charged))
 
 
 @pytest.mark.parametrize(("unit", "name", "engine"), CASES, ids=IDS)

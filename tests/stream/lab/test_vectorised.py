@@ -106,8 +106,8 @@ def test_the_equality_check_catches_a_kernel_with_the_wrong_decision_noise(metho
 
 def test_the_equality_check_catches_a_ledger_that_does_not_bound_the_window(monkeypatch):
     s, w = _small("dsat")
-    monkeypatch.setattr(vec._Ledger, "can", lambda self, t, amount: np.ones(self.E.shape[0], dtype=bool))
-    monkeypatch.setattr(vec._Ledger, "used", lambda self, t: np.zeros(self.E.shape[0], dtype=np.int64))
+    monkeypatch.setattr(vec.UnitLedger, "can_spend", lambda self, t, amount: np.ones(self.runs, dtype=bool))
+    monkeypatch.setattr(vec.UnitLedger, "used", lambda self, t: np.zeros(self.runs, dtype=np.int64))
     assert not _same_as_engine(s, w, 5, 3)
 
 
