@@ -87,14 +87,17 @@ class RunsLedger(Protocol):
 
 
 class AccountantLedger:
-    """R exact ``Fraction`` window accountants (the authority). Handles are ledger ``seq`` numbers."""
+    """R exact ``Fraction`` accountants (the authority). Handles are ledger ``seq`` numbers.
+
+    Window accountants normally; a :class:`~controller.accountant.UserLevelAccountant` (one total
+    budget) also answers ``can_spend`` / ``spend`` (the service's user-level schedules use that)."""
 
     def __init__(self, accountants: list[WindowAccountant]) -> None:
         if not accountants:
             raise ValueError("AccountantLedger needs at least one accountant")
         self.accountants = accountants
         self.runs = len(accountants)
-        self.w = accountants[0].w
+        self.w = getattr(accountants[0], "w", 0)  # a user-level accountant (one total) has no window
         self.epsilon = accountants[0].epsilon
 
     @classmethod

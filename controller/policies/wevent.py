@@ -38,9 +38,19 @@ import numpy as np
 
 from controller.accountant import Accountant, WindowAccountant
 from controller.errors import ConfigurationError, StateError
-from controller.policies.base import REPUBLISH, Decision, DecisionContext, fresh
+from controller.policies.base import (
+    REPUBLISH,
+    Decision,
+    DecisionContext,
+    RunsContext,
+    RunsDecision,
+    decide_one,
+    fresh,
+)
 from controller.policies.baselines import (
+    NO_RUNS,
     _Stateless,  # the no-memory state handling Uniform and Fixed share
+    schedule_runs,
 )
 from controller.step import decode_array, encode_array
 from controller.units import WEvent
@@ -78,11 +88,13 @@ class SamplePolicy(_Stateless):
         return self.unit.epsilon
 
     def decide(self, state: None, ctx: DecisionContext) -> tuple[Decision, None]:
+        return decide_one(self, state, ctx)
+
+    def decide_runs(self, state: None, ctx: RunsContext) -> tuple[RunsDecision, None]:
         if ctx.timestep % self.unit.w != 0:
-            return REPUBLISH, None
-        if not ctx.accountant.can_spend(ctx.timestep, self.per_release):
-            return REPUBLISH, None  # cannot happen with a fresh ledger; never overspend if it does
-        return fresh(self.per_release, "sample"), None
+            return RunsDecision(NO_RUNS, NO_RUNS), None
+        # the ledger check cannot fail with a fresh ledger; never overspend if it does
+        return schedule_runs(ctx, self.per_release, "sample"), None
 
     def charges(self) -> tuple[Fraction, ...]:
         return (self.per_release,)

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from controller.ledger import UnitLedger
+from controller.policies.base import RunsContext
 from controller.policies.baselines import FixedPolicy, UniformPolicy
 from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.policies.sampling import WEventSamplingPolicy
@@ -424,19 +425,15 @@ class _Schedule(_Kernel):
     """Uniform, fixed (Sample of C) and Sample: a public schedule, checked against the ledger."""
 
 
+    def __init__(self, policy: Any, run: _Run) -> None:
+        super().__init__(policy, run)
+        self.fresh_count = np.zeros(run.R, dtype=np.int64)
+
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        p, run = self.p, self.run
-        if isinstance(p, UniformPolicy):
-            eps, due = p.per_timestep, True
-        elif isinstance(p, FixedPolicy):
-            eps, due = p.per_release, t % p.interval == 0
-        else:
-            eps, due = p.per_release, t % p.unit.w == 0
-        if not due:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        e = run.units(eps)
-        rows = run.ledger.can_spend(t, e).nonzero()[0]
-        return rows, run.same(e, rows.size)
+        """The policy's own rule over the runs (:meth:`~controller.policies.base.RunsPolicy.decide_runs`)."""
+        decision, _ = self.p.decide_runs(None, RunsContext(t, self.run.R, self.run.ledger, self.fresh_count))
+        self.fresh_count[decision.rows] += 1
+        return decision.rows, decision.amounts
 
 
 class _Sampling(_Kernel):
