@@ -57,8 +57,9 @@ import numpy as np
 from histogram.noise import NoiseDrawer, Randomness
 from histogram.records import RecordTable
 from stream.config import Settings
-from stream.lab.evaluate import EvaluationError, InputError, InputReport
+from stream.lab.evaluate import InputError, InputReport
 from stream.lab.metrics import summarise
+from stream.lab.runs import EvaluationError
 
 __all__ = [
     "MECHANISMS",
@@ -449,7 +450,7 @@ class _Recorder:
 def engine_settings(settings: Settings, name: str, decision: str) -> Settings:
     """``settings`` with ``release.decision`` = ``decision`` and ``release.mechanism`` = the service's
     form of lab mechanism ``name`` (the copula with the lab's public floor n₀ = 0.9 × population)."""
-    from stream.lab.evaluate import settings_with
+    from stream.lab.runs import settings_with
 
     release: dict[str, Any] = {"decision": decision, "copula": None, "marginals": None}
     if name in HISTOGRAM_MECHANISMS:

@@ -109,7 +109,7 @@ class PersonalRows:
 def parse_personal(text: str) -> list[str]:
     """``"all"`` → the five mechanisms; ``"minimum,privacy_aware"`` → checked list, no repeats
     (``privacy-aware`` is accepted for ``privacy_aware``)."""
-    from stream.lab.evaluate import EvaluationError
+    from stream.lab.runs import EvaluationError
 
     items = [m.strip().lower().replace("-", "_") for m in text.split(",") if m.strip()]
     if items == ["all"]:
@@ -138,7 +138,7 @@ def with_pdp_mechanism(settings: Settings, mechanism: str) -> Settings:
     """``settings`` re-validated with ``privacy.personal.mechanism`` = ``mechanism`` (and a threshold
     for Threshold/Sampling: the configured one, else :func:`default_threshold`; the configured
     ``weights`` for the partitions)."""
-    from stream.lab.evaluate import EvaluationError, settings_with
+    from stream.lab.runs import EvaluationError, settings_with
 
     personal = settings.privacy.personal
     if personal is None:
@@ -176,7 +176,7 @@ def run_personal(
     """One run of a personalized stream: the engine with ``randomness`` (coins and noise), stepped on
     the rows routed by its own coins; a :class:`stream.lab.evaluate.RunTrace` against everyone's
     true histograms (``workload.truth``)."""
-    from stream.lab.evaluate import EvaluationError, run_method
+    from stream.lab.runs import EvaluationError, run_method
 
     decl = settings.personal_declaration()
     if decl.levels.size != rows.levels or rows.bins != workload.bins or rows.timesteps != workload.timesteps:

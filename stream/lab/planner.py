@@ -275,7 +275,7 @@ def simulate(settings: Any, streams: list[np.ndarray], runs: int, seed: int
              ) -> tuple[dict[str, list[float]], dict[str, Candidate]]:
     """Every candidate's mean absolute error per bin on each stream (mean over ``runs`` seeded runs;
     run ``r`` on stream ``i`` draws from seed ``seed + 100·i + r``), and the candidates by name."""
-    from stream.lab.evaluate import settings_with
+    from stream.lab.runs import settings_with
 
     posts = (*SERVICE_POST, *LAB_POST)
     mae: dict[str, list[float]] = {}
@@ -320,7 +320,7 @@ def _bases(settings: Any) -> list[Candidate]:
 
 def _concrete(settings: Any) -> Any:
     """``settings`` with ``release.decision`` set to a runnable placeholder (for re-validation)."""
-    from stream.lab.evaluate import settings_with
+    from stream.lab.runs import settings_with
 
     return settings_with(settings, {"release": {"decision": "uniform"}}) if settings.release.decision == AUTO \
         else settings
@@ -375,7 +375,7 @@ def plan(settings: Any, *, runs: int | None = None) -> Plan:
     choice = next(cands[n] for n in order if cands[n].publishable(settings.privacy.population))
     result = Plan(choice, lab_choice, tuple(streams), scores, {n: tuple(v) for n, v in mae.items()}, zero,
                   (), (), facts)
-    from stream.lab.evaluate import settings_with
+    from stream.lab.runs import settings_with
 
     result = _explain(result, settings_with(base, {"release": choice.release_changes()}))
     _CACHE[key] = result
@@ -516,7 +516,7 @@ def auto_method(settings: Any) -> tuple[str, Any]:
     """What ``evaluate --methods auto`` runs: the row name (``auto``, or ``auto+kalman`` when the
     plan's choice smooths) and the settings of the plan's choice (what the service would publish).
     Reads only the configuration (:func:`plan`), never the evaluated input."""
-    from stream.lab.evaluate import settings_with
+    from stream.lab.runs import settings_with
 
     chosen = plan(settings).choice
     name = AUTO + (f"+{chosen.post}" if chosen.post in LAB_POST else "")
@@ -528,7 +528,7 @@ def resolve(settings: Any) -> Any:
     :class:`stream.config.Settings` whose ``plan`` is the :class:`Plan`); others unchanged."""
     if settings.release.decision != AUTO:
         return settings
-    from stream.lab.evaluate import settings_with
+    from stream.lab.runs import settings_with
 
     chosen = plan(settings)
     out = settings_with(_concrete(settings), {"release": chosen.choice.release_changes()})

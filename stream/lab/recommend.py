@@ -17,7 +17,7 @@ from typing import Any
 
 from controller.method import METHODS
 from stream.config import Settings
-from stream.lab.evaluate import EvaluationError, check_methods
+from stream.lab.runs import EvaluationError, check_methods
 
 __all__ = ["CAVEAT", "candidates", "ranking", "recommendation"]
 
