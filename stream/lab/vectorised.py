@@ -464,25 +464,12 @@ class _Sampling(_Kernel):
             self.last_time = np.zeros(R, dtype=np.int64)
 
     def _pid(self, t: int, in_window: np.ndarray) -> None:
-        p, g = self.p, self.g
-        pid = p.pid
-        w, cutoff = p.unit.w, p.unit.cutoff
-        target = cutoff / w
-        rate = in_window / max(1, min(t + 1, w))
-        feedback = np.abs(rate - target)
-        e = np.abs(feedback - g.delta) / g.delta
-        self.errors = (self.errors + [e])[-g.integral_window:]
-        derivative = np.zeros_like(e)
-        if g.theta_d:
-            moved = (t + 1) != self.last_time
-            derivative = np.where(moved, (e - self.last_err) / np.where(moved, (t + 1) - self.last_time, 1), 0.0)
-        total = 0 + self.errors[0]
-        for x in self.errors[1:]:
-            total = total + x
-        u = g.theta_p * e + g.theta_i * total + g.theta_d * derivative
-        step = g.theta * u
-        down = rate - target <= 0
-        self.thr = np.where(down, np.maximum(pid.lower, self.thr - step), np.minimum(pid.upper, self.thr + step))
+        """The policy's controller over the runs (:meth:`controller.pid.PIDController.update_runs`)."""
+        p = self.p
+        w = p.unit.w
+        self.thr, self.errors = p.pid.update_runs(
+            self.thr, self.errors, self.last_err, self.last_time, fresh_so_far=in_window, timestep=t + 1,
+            target_rate=p.unit.cutoff / w, rate_over=min(t + 1, w))
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         p, run = self.p, self.run
