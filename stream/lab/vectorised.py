@@ -49,7 +49,7 @@ from controller.policies.baselines import FixedPolicy, UniformPolicy
 from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.policies.sampling import WEventSamplingPolicy
 from controller.policies.wevent import FAST_MAX_EXPONENT, FastPolicy, PegasusPolicy, SamplePolicy
-from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness, discrete_laplace_mean_abs
+from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness
 from histogram.postprocess import parse_chain, postprocess
 from stream.lab.metrics import QueryIndex, Workload
 
@@ -550,16 +550,12 @@ class _Kellaris(_Kernel):
         self.errors: dict[int, float] = {}
 
     def _error(self, units: np.ndarray) -> np.ndarray:
-        """``mech.expected_abs_error(ε) · bins`` per run, as LPA computes it (Python floats, cached by ε).
-
-        LPA's error is ``discrete_laplace_mean_abs(Δ/ε)``, which reads the scale as ``float(Δ/ε)``;
-        ``Δ·unit.den / (e·unit.num)`` as an int true division is the same correctly rounded float."""
+        """``mech.expected_abs_error(ε) · bins`` per run, as the policy computes it (cached by ε)."""
         errors = self.errors
         keys = units.tolist()
+        run = self.run
         for u in set(keys).difference(errors):
-            run = self.run
-            num = run.mech.sensitivity * run.unit.denominator
-            errors[u] = discrete_laplace_mean_abs(num / (u * run.unit.numerator)) * run.U
+            errors[u] = run.mech.expected_abs_error(Fraction(u) * run.unit, run.U) * run.U
         return np.array([errors[u] for u in keys], dtype=np.float64)
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
@@ -741,9 +737,20 @@ def run_vectorised(
     kept = np.zeros((runs, T, U)) if keep_published else None
     if kernel.published_float:
         run.last = run.last.astype(np.float64)
-    scale_num = np.full(runs, mech.sensitivity * unit.denominator)
-    scale_num.flags.writeable = False
-    scale_den = unit.numerator
+    scales: dict[int, tuple[int, int]] = {}
+
+    def release_scales(eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The mechanism's own noise scale (``mech.scale``) of each row's ε, as numerators, denominators."""
+        pairs = []
+        for e in eps.tolist():
+            s = scales.get(e)
+            if s is None:
+                f = Fraction(mech.scale(Fraction(e) * unit))
+                s = scales[e] = (f.numerator, f.denominator)
+            pairs.append(s)
+        a = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        return a[:, 0], a[:, 1]
+
     chain = parse_chain(post)
     truth = workload.truth
     for t in range(T):
@@ -752,7 +759,8 @@ def run_vectorised(
         if rows.size:
             ledger.spend(t, rows, eps, "publication")
             # LPA's scale Δ/ε with ε = e·unit: (Δ·unit.den) / (e·unit.num), reduced by the sampler
-            noisy = truth[t] + noise.laplace_each(rows, scale_num[:rows.size], eps * scale_den, U)
+            num, den = release_scales(eps)
+            noisy = truth[t] + noise.laplace_each(rows, num, den, U)
             out = kernel.after(t, rows, noisy, eps)
             run.last[rows] = out
             run.has_last[rows] = True
