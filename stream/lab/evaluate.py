@@ -21,9 +21,11 @@ are not stepped one by one: :func:`stream.lab.vectorised.run_vectorised` runs al
 method in one array pass per timestep, with each method's decision rule, window ledger (exact,
 in whole units of ε) and state written over arrays of runs. Its noise is the same exact sampler
 drawn in blocks, so the runs have the engine's distribution but not its values: ``replay --seed``
-does not reproduce them. ``replayable=True`` (``evaluate --replayable``) steps the engine for
-every run instead. ``tests/stream/lab/test_vectorised.py`` checks the kernels against the engine
-bit for bit (with the engine's own drawers). The service never uses these paths. Smoothed
+does not reproduce them. ``replayable=True`` (``evaluate --replayable``) is the same path with
+another noise source: :class:`stream.lab.vectorised.EngineNoise`, the engine's own drawers
+(``Randomness.seeded(seed + r).drawer(stream.id, t, "release")`` in the engine's call order), so
+run ``r`` publishes what ``dpstream replay --seed seed+r`` publishes, bit for bit
+(``tests/stream/lab/test_vectorised.py`` checks every kernel against the engine that way). The service never uses these paths. Smoothed
 variants (``+kalman``, ``+ewma``) and other post-processors than ``none``/``nonnegative`` keep
 the engine path.
 
@@ -429,20 +431,23 @@ def _evaluate_method(
     personal: Any = None,
 ) -> dict[str, Any]:
     """``{name: summary}`` (and ``{name-true: …}`` when asked) for one method."""
-    from stream.lab.vectorised import PooledNoise, run_vectorised, vector_eligible
+    from stream.lab.vectorised import EngineNoise, PooledNoise, run_vectorised, vector_eligible
 
     if s.privacy.personal is not None:  # the engine for every run: run r is replay --seed seed+r
         from stream.lab.personal import run_personal
 
         traces = [run_personal(s, personal, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
-    elif replayable:
-        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
     elif vector_eligible(s):
-        # keyed by the base method: "m" and "m+nonnegative" draw the same noise and make the same
-        # decisions, as the engine path's seeded runs do
-        res = run_vectorised(s, workload, runs, PooledNoise(seed, s.stream.id, split_method(name)[0]), tick=tick)
+        # one run path, two noise sources: replayable = the engine's own drawers (run r publishes
+        # what replay --seed seed+r publishes), else block draws keyed by the base method ("m" and
+        # "m+nonnegative" draw the same noise and make the same decisions)
+        noise = (EngineNoise(seed, s.stream.id) if replayable
+                 else PooledNoise(seed, s.stream.id, split_method(name)[0]))
+        res = run_vectorised(s, workload, runs, noise, tick=tick)
         traces = [RunTrace(res.metrics[r], [None if x < 0 else x for x in res.sources[r].tolist()])
                   for r in range(runs)]
+    elif replayable:
+        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
     elif fast_eligible(s):
         traces = run_fast(s, workload, seed, runs, name=name, tick=tick)
     else:
@@ -471,8 +476,8 @@ def evaluate_settings(
 
     ``jobs``: methods evaluated in parallel processes (``None``: one per core, at most one per
     method). Each method's runs are the same whatever ``jobs`` is (each run's noise is keyed by
-    the seed, never by the process), so the result does not depend on it. ``replayable``: step the
-    engine for every run (slow), so ``replay --seed seed+r`` reproduces run ``r``."""
+    the seed, never by the process), so the result does not depend on it. ``replayable``: draw each
+    run's noise from the engine's own drawers (slower), so ``replay --seed seed+r`` reproduces run ``r``."""
     if runs < 1:
         raise EvaluationError(f"--runs must be >= 1, got {runs}")
     if seed < 0:
