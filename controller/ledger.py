@@ -164,12 +164,17 @@ class UnitLedger:
         self.total = np.zeros(runs, dtype=np.int64)
         self._t = -1
         self._used = np.zeros(runs, dtype=np.int64)  # the window ending at _t
+        self._amounts: dict[Fraction, int] = {}
 
     def amount(self, epsilon: Fraction) -> int:
+        hit = self._amounts.get(epsilon)
+        if hit is not None:
+            return hit
         q = Fraction(epsilon) / self.unit
         if q.denominator != 1:
             raise ValueError(f"ε = {epsilon} is not a whole multiple of the ledger's unit {self.unit}: "
                              "the policy charged an amount its charges() does not declare")
+        self._amounts[epsilon] = int(q)
         return int(q)
 
     def used(self, t: int) -> np.ndarray:
@@ -190,15 +195,16 @@ class UnitLedger:
         if not rows.size:
             return rows
         used = self.used(t)
-        if np.any(used[rows] + amount > self.cap):
+        new = used[rows] + amount
+        if new.max() > self.cap:
             raise InsufficientBudgetError(Fraction(int(self.cap - used[rows].max())) * self.unit,
                                           Fraction(int(np.max(amount))) * self.unit, f"{purpose} at timestep {t}")
         used = used.copy()  # a new array: what callers read before stays as it was
         self.E[rows, t] += amount
         self.total[rows] += amount
-        used[rows] += amount
+        used[rows] = new
         self._used = used
-        self.max[rows] = np.maximum(self.max[rows], used[rows])  # rows are distinct
+        self.max[rows] = np.maximum(self.max[rows], new)  # rows are distinct
         return np.full(rows.size, t, dtype=np.int64)
 
     def can_extend(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any) -> np.ndarray:

@@ -555,7 +555,7 @@ class _Kellaris(_Kernel):
         keys = units.tolist()
         run = self.run
         for u in set(keys).difference(errors):
-            errors[u] = run.mech.expected_abs_error(Fraction(u) * run.unit, run.U) * run.U
+            errors[u] = run.mech.expected_abs_error_in_units(u, run.unit) * run.U
         return np.array([errors[u] for u in keys], dtype=np.float64)
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
@@ -723,8 +723,6 @@ def run_vectorised(
     kernel_type = _KERNELS[type(policy)]
     T, U = workload.timesteps, workload.bins
     post = settings.release.postprocess
-    if kernel_type is _Schedule and isinstance(noise, PooledNoise) and not keep_published:
-        return _run_schedule(policy, mech, workload, runs, noise, post, tick)
     ledger = UnitLedger(policy.unit.epsilon, policy.unit.w, runs, T, policy.charges())  # the policy's privacy map
     unit = ledger.unit
     run = _Run(runs, T, U, workload.truth, noise, ledger, unit, mech)
@@ -737,20 +735,6 @@ def run_vectorised(
     kept = np.zeros((runs, T, U)) if keep_published else None
     if kernel.published_float:
         run.last = run.last.astype(np.float64)
-    scales: dict[int, tuple[int, int]] = {}
-
-    def release_scales(eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The mechanism's own noise scale (``mech.scale``) of each row's ε, as numerators, denominators."""
-        pairs = []
-        for e in eps.tolist():
-            s = scales.get(e)
-            if s is None:
-                f = Fraction(mech.scale(Fraction(e) * unit))
-                s = scales[e] = (f.numerator, f.denominator)
-            pairs.append(s)
-        a = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-        return a[:, 0], a[:, 1]
-
     chain = parse_chain(post)
     truth = workload.truth
     for t in range(T):
@@ -758,8 +742,7 @@ def run_vectorised(
         rows, eps = kernel.decide(t)
         if rows.size:
             ledger.spend(t, rows, eps, "publication")
-            # LPA's scale Δ/ε with ε = e·unit: (Δ·unit.den) / (e·unit.num), reduced by the sampler
-            num, den = release_scales(eps)
+            num, den = mech.scale_in_units(eps, unit)  # LPA's own scale Δ/ε, reduced by the sampler
             noisy = truth[t] + noise.laplace_each(rows, num, den, U)
             out = kernel.after(t, rows, noisy, eps)
             run.last[rows] = out
@@ -786,50 +769,3 @@ def run_vectorised(
         m["max_window_spend"] = float(Fraction(int(ledger.max[r])) * unit)
         metrics.append(m)
     return VectorResult(metrics, sources, fresh_eps, unit, kept)
-
-
-def _run_schedule(policy: Any, mech: Any, workload: Workload, runs: int, noise: PooledNoise, post: str,
-                  tick: Callable[[int], None] | None) -> VectorResult:
-    """Uniform, fixed and Sample with block draws: their decisions read neither data nor noise, so one
-    ledger row decides for every run (the same checks as the kernel), and every run's release noise
-    of each ε is drawn in one pass."""
-    T, U = workload.timesteps, workload.bins
-    one = UnitLedger(policy.unit.epsilon, policy.unit.w, 1, T, policy.charges())
-    unit = one.unit
-    kernel = _Schedule(policy, _Run(1, T, U, workload.truth, noise, one, unit, mech))
-    fresh_t: list[int] = []
-    fresh_e: list[int] = []
-    for t in range(T):
-        rows, eps = kernel.decide(t)
-        if rows.size:
-            one.spend(t, rows, eps, "publication")
-            fresh_t.append(t)
-            fresh_e.append(int(eps[0]))
-    ts = np.asarray(fresh_t, dtype=np.int64)
-    es = np.asarray(fresh_e, dtype=np.int64)
-    table = np.zeros((runs, ts.size + 1, U))  # the last row: the all-zero placeholder (index -1)
-    for e in sorted(set(es.tolist())):  # np.unique's values and order (without importing numpy.ma, ~30 ms)
-        idx = np.flatnonzero(es == e)
-        scale = mech.scale(Fraction(e) * unit)
-        z = noise.laplace(np.arange(runs * idx.size), scale, U).reshape(runs, idx.size, U)
-        table[:, idx] = postprocess(post, workload.truth[ts[idx]][None] + z)
-    src_index = np.searchsorted(ts, np.arange(T), side="right") - 1  # the last fresh row at or before t
-    acc = _Metrics(workload, runs)
-    for lo in range(0, T, acc.block):
-        hi = min(T, lo + acc.block)
-        acc.buf[:, :hi - lo] = table[:, src_index[lo:hi]]
-        acc.filled = hi - lo
-        acc.flush()
-    if tick is not None:
-        tick(T * runs)
-    sources = np.where(src_index < 0, -1, ts[np.maximum(src_index, 0)]) if ts.size else np.full(T, -1)
-    fresh_units = np.zeros((runs, T), dtype=np.int64)
-    fresh_units[:, ts] = es
-    spent = float(Fraction(int(one.total[0])) * unit)
-    window = float(Fraction(int(one.max[0])) * unit)
-    metrics = []
-    for r in range(runs):
-        m = acc.metrics(r)
-        m.update(fresh_releases=float(ts.size), epsilon_spent=spent, max_window_spend=window)
-        metrics.append(m)
-    return VectorResult(metrics, np.tile(sources, (runs, 1)), fresh_units, unit)

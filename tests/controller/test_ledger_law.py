@@ -106,3 +106,15 @@ def test_the_unit_ledger_refuses_an_undeclared_amount():
     assert charge_unit([Fraction(1), Fraction(1, 4)]) == Fraction(1, 4)
     with pytest.raises(ValueError, match="charges"):
         units.amount(Fraction(1, 3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 10**6), fractions, st.integers(1, 5))
+def test_lpa_scale_and_error_in_ledger_units_equal_the_mechanisms(units, unit, sensitivity):
+    """The lab reads LPA's scale and expected error in ledger units; they are the mechanism's own."""
+    from histogram.lpa import LaplaceMechanism
+
+    mech = LaplaceMechanism(sensitivity)
+    num, den = mech.scale_in_units(np.array([units]), unit)
+    assert Fraction(int(num[0]), int(den[0])) == mech.scale(units * unit)
+    assert mech.expected_abs_error_in_units(units, unit) == mech.expected_abs_error(units * unit)
