@@ -18,8 +18,8 @@ data, and how wrong would it have been?" It runs the service's release path:
 
 **Lab fast paths (evaluation only).** Under w-event privacy with LPA (every method) the runs
 are not stepped one by one: :func:`stream.lab.vectorised.run_vectorised` runs all R runs of a
-method in one array pass per timestep, with each method's decision rule, window ledger (exact,
-in whole units of ε) and state written over arrays of runs. Its noise is the same exact sampler
+method in one array pass per timestep, with each run's state a row of an array and the window
+ledger exact in whole units of ε (:class:`controller.ledger.UnitLedger`). Its noise is the same exact sampler
 drawn in blocks, so the runs have the engine's distribution but not its values: ``replay --seed``
 does not reproduce them. ``replayable=True`` (``evaluate --replayable``) is the same path with
 another noise source: :class:`stream.lab.vectorised.EngineNoise`, the engine's own drawers

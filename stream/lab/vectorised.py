@@ -3,9 +3,14 @@
 ``dpstream evaluate`` runs each method R times on the same true histograms. Stepping the service's
 engine (:func:`stream.lab.evaluate.run_method`) costs about 0.75 ms per step in exact ``Fraction``
 accounting and one-value exact noise draws, so 20 runs of 1,000 timesteps took ~15 s per method.
-The runs are independent, so here every method's decision rule is written once more over arrays of
-R runs: the state of each run (its window ledger, SVT instance, PID controller, last release,
-group, filter) is a row of an array, and each timestep is one pass over all runs.
+The runs are independent, so here all R runs of a method go in one pass per timestep: the state of
+each run (its window ledger, SVT instance, PID controller, last release, group, filter) is a row of
+an array. Uniform, fixed and Sample have no rule here: the kernel calls the policy's own
+``decide_runs`` (the rule the service runs with one run); the ledger is
+:class:`controller.ledger.UnitLedger` in units of the policy's declared ``charges()``; DSAT's PID
+update is :meth:`controller.pid.PIDController.update_runs`; LPA's scale and expected error are the
+mechanism's. DSAT/DSFT's SVT steps, BD/BA, PeGaSus and FAST_w are still written once more over
+arrays here (issue 29, not finished).
 
 **Evaluation only.** Nothing here publishes or is used by the service: the service (and ``dpstream
 replay``) always steps :class:`controller.step.Engine`, whose accountant is the one that enforces
@@ -16,14 +21,15 @@ release, decision and ε figure equals the engine's).
 
 Exactness is kept where the engine has it:
 
-* **ε** is counted in whole multiples of one public unit (the greatest common divisor of every
-  amount the method can charge, a ``Fraction``), in int64: the window sums and the cap check are
-  exact integer comparisons, the same as the accountant's ``Fraction`` ones. Reported figures are
-  converted back through ``Fraction``.
+* **ε** is counted in whole multiples of one public unit (the rational gcd of ε and the policy's
+  declared charges), in int64 (:class:`controller.ledger.UnitLedger`): the window sums and the cap
+  check are exact integer comparisons, and ``tests/controller/test_ledger_law.py`` holds them equal
+  to the accountant's ``Fraction`` ones. Reported figures are converted back through ``Fraction``.
 * **noise** is the same exact discrete Laplace sampler (:meth:`histogram.noise.GeneratorDrawer.
   discrete_laplace`). By default (:class:`PooledNoise`) it is drawn in blocks, one seeded drawer per
   noise scale, so the runs have the engine's distribution but not its values: ``dpstream replay
-  --seed`` does not reproduce them (``evaluate --replayable`` steps the engine instead).
+  --seed`` does not reproduce them. :class:`EngineNoise` (``evaluate --replayable``) draws from the
+  engine's own drawers instead: the same path, and run r is what ``replay --seed seed+r`` publishes.
 * **public floats** (DSAT's PID, FAST_w's filter and controller, the thresholds) use the same IEEE
   operations in the same order as the policies; ``math.exp`` and the ``Fraction(repr(x))`` threshold
   are evaluated exactly as the policies do.
