@@ -32,6 +32,11 @@ from controller.errors import ConfigurationError, StateError
 __all__ = ["PIDGains", "PIDState", "PIDController"]
 
 
+def _where(cond: Any, a: Any, b: Any) -> Any:
+    """``np.where`` over runs; for one run (a Python bool) the plain choice."""
+    return np.where(cond, a, b) if isinstance(cond, np.ndarray) else (a if cond else b)
+
+
 @dataclass(frozen=True)
 class PIDGains:
     """Gains and set point of the controller (all public, unitless)."""
@@ -132,11 +137,9 @@ class PIDController:
         the window's count). The derivative term always uses real times.
         """
         threshold, errors = self.update_runs(
-            np.array([state.threshold]), [np.array([e]) for e in state.errors], np.array([state.last_sample_error]),
-            np.array([state.last_sample_time]), fresh_so_far=np.array([fresh_so_far]), timestep=timestep,
-            target_rate=target_rate, rate_over=rate_over)
-        return replace(state, threshold=float(threshold[0]), errors=tuple(float(e[0]) for e in errors),
-                       updates=state.updates + 1)
+            state.threshold, list(state.errors), state.last_sample_error, state.last_sample_time,
+            fresh_so_far=fresh_so_far, timestep=timestep, target_rate=target_rate, rate_over=rate_over)
+        return replace(state, threshold=float(threshold), errors=tuple(errors), updates=state.updates + 1)
 
     def update_runs(
         self,
@@ -153,29 +156,32 @@ class PIDController:
         """:meth:`update` for R runs at once (the one implementation; ``update`` is its R = 1 case).
 
         Arrays of shape ``(R,)``: each run's threshold, its last ``integral_window`` errors (oldest
-        first, one array per past update), its last sampling error and time, and its fresh count.
-        Returns the new thresholds and error list. The same IEEE operations in the same order for
-        every run (element-wise ``+ − × ÷``; the integral is the left-to-right sum), so a run's
-        threshold is bit for bit what a run stepped alone gets.
+        first, one array per past update), its last sampling error and time, and its fresh count;
+        or the same as Python numbers for one run (what :meth:`update` passes: no array overhead
+        on the service's step). Returns the new thresholds and error list. The same IEEE operations
+        in the same order for every run (element-wise ``+ − × ÷``; the integral is the
+        left-to-right sum), so a run's threshold is bit for bit what a run stepped alone gets.
         """
         if timestep < 1:
             raise ValueError("timestep is 1-based")
         g = self.gains
         rate = fresh_so_far / (timestep if rate_over is None else max(1, rate_over))
-        feedback = np.abs(rate - target_rate)
-        e = np.abs(feedback - g.delta) / g.delta
+        feedback = abs(rate - target_rate)
+        e = abs(feedback - g.delta) / g.delta
         errors = (errors + [e])[-g.integral_window :]
-        derivative = np.zeros_like(e)
+        derivative: Any = 0.0
         if g.theta_d:
             moved = timestep != last_sample_time
-            derivative = np.where(moved, (e - last_sample_error) / np.where(moved, timestep - last_sample_time, 1), 0.0)
+            derivative = _where(moved, (e - last_sample_error) / _where(moved, timestep - last_sample_time, 1), 0.0)
         total = 0 + errors[0]
         for x in errors[1:]:
             total = total + x
         u = g.theta_p * e + g.theta_i * total + g.theta_d * derivative
         step = g.theta * u
         down = rate - target_rate <= 0
-        return np.where(down, np.maximum(self.lower, threshold - step), np.minimum(self.upper, threshold + step)), errors
+        if isinstance(down, np.ndarray):
+            return np.where(down, np.maximum(self.lower, threshold - step), np.minimum(self.upper, threshold + step)), errors
+        return (max(self.lower, threshold - step) if down else min(self.upper, threshold + step)), errors
 
     def sampled(self, state: PIDState, timestep: int) -> PIDState:
         """Record that ``timestep`` was a sampling (fresh) timestep, for the derivative term.
