@@ -214,15 +214,16 @@ class UnitLedger:
     def extend(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any) -> np.ndarray:
         if not rows.size:
             return handles
-        if not np.all(self.can_extend(t, rows, handles, amount)):
+        used = self.used(t)
+        new = used[rows] + np.where(handles < t - self.w + 1, amount, 0)  # entries newly in the window
+        if new.max() > self.cap:
             raise InsufficientBudgetError(Fraction(0), Fraction(int(amount)) * self.unit, f"extending at timestep {t}")
-        used = self.used(t).copy()
-        moved = handles < t
-        self.E[rows[moved], handles[moved]] -= amount
-        self.E[rows[moved], t] += amount
-        used[rows] += np.where(handles < t - self.w + 1, amount, 0)
+        used = used.copy()
+        self.E[rows, handles] -= amount  # an entry already ending at t moves onto itself
+        self.E[rows, t] += amount
+        used[rows] = new
         self._used = used
-        self.max[rows] = np.maximum(self.max[rows], used[rows])  # rows are distinct
+        self.max[rows] = np.maximum(self.max[rows], new)  # rows are distinct
         return np.full(rows.size, t, dtype=np.int64)
 
     def view(self, t: int, run: int) -> LedgerView:
