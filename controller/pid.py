@@ -25,9 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from controller.errors import ConfigurationError, StateError
 
 __all__ = ["PIDGains", "PIDState", "PIDController"]
+
+
+def _where(cond: Any, a: Any, b: Any) -> Any:
+    """``np.where`` over runs; for one run (a Python bool) the plain choice."""
+    return np.where(cond, a, b) if isinstance(cond, np.ndarray) else (a if cond else b)
 
 
 @dataclass(frozen=True)
@@ -129,23 +136,52 @@ class PIDController:
         (default ``timestep``; w-event mode passes ``min(timestep, w)`` with
         the window's count). The derivative term always uses real times.
         """
+        threshold, errors = self.update_runs(
+            state.threshold, list(state.errors), state.last_sample_error, state.last_sample_time,
+            fresh_so_far=fresh_so_far, timestep=timestep, target_rate=target_rate, rate_over=rate_over)
+        return replace(state, threshold=float(threshold), errors=tuple(errors), updates=state.updates + 1)
+
+    def update_runs(
+        self,
+        threshold: np.ndarray,
+        errors: list[np.ndarray],
+        last_sample_error: np.ndarray,
+        last_sample_time: np.ndarray,
+        *,
+        fresh_so_far: np.ndarray,
+        timestep: int,
+        target_rate: float,
+        rate_over: int | None = None,
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """:meth:`update` for R runs at once (the one implementation; ``update`` is its R = 1 case).
+
+        Arrays of shape ``(R,)``: each run's threshold, its last ``integral_window`` errors (oldest
+        first, one array per past update), its last sampling error and time, and its fresh count;
+        or the same as Python numbers for one run (what :meth:`update` passes: no array overhead
+        on the service's step). Returns the new thresholds and error list. The same IEEE operations
+        in the same order for every run (element-wise ``+ − × ÷``; the integral is the
+        left-to-right sum), so a run's threshold is bit for bit what a run stepped alone gets.
+        """
         if timestep < 1:
             raise ValueError("timestep is 1-based")
         g = self.gains
         rate = fresh_so_far / (timestep if rate_over is None else max(1, rate_over))
         feedback = abs(rate - target_rate)
         e = abs(feedback - g.delta) / g.delta
-        errors = (state.errors + (e,))[-g.integral_window :]
-        derivative = 0.0
-        if g.theta_d and timestep != state.last_sample_time:
-            derivative = (e - state.last_sample_error) / (timestep - state.last_sample_time)
-        u = g.theta_p * e + g.theta_i * sum(errors) + g.theta_d * derivative
+        errors = (errors + [e])[-g.integral_window :]
+        derivative: Any = 0.0
+        if g.theta_d:
+            moved = timestep != last_sample_time
+            derivative = _where(moved, (e - last_sample_error) / _where(moved, timestep - last_sample_time, 1), 0.0)
+        total = 0 + errors[0]
+        for x in errors[1:]:
+            total = total + x
+        u = g.theta_p * e + g.theta_i * total + g.theta_d * derivative
         step = g.theta * u
-        if rate - target_rate <= 0:
-            threshold = max(self.lower, state.threshold - step)
-        else:
-            threshold = min(self.upper, state.threshold + step)
-        return replace(state, threshold=threshold, errors=errors, updates=state.updates + 1)
+        down = rate - target_rate <= 0
+        if isinstance(down, np.ndarray):
+            return np.where(down, np.maximum(self.lower, threshold - step), np.minimum(self.upper, threshold + step)), errors
+        return (max(self.lower, threshold - step) if down else min(self.upper, threshold + step)), errors
 
     def sampled(self, state: PIDState, timestep: int) -> PIDState:
         """Record that ``timestep`` was a sampling (fresh) timestep, for the derivative term.

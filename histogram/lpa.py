@@ -48,6 +48,12 @@ class LaplaceMechanism:
             raise MechanismError(f"epsilon must be a positive Fraction, got {epsilon!r}")
         return Fraction(self.sensitivity) / Fraction(epsilon)
 
+    def scale_in_units(self, units: np.ndarray, unit: Fraction) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`scale` of many ε at once, each ``units[i]·unit``: ``Δ/ε`` as unreduced int64
+        pairs ``(Δ·unit.den, units[i]·unit.num)`` (the lab's ledger counts ε in whole units)."""
+        units = np.asarray(units, dtype=np.int64)
+        return np.full(units.shape, self.sensitivity * unit.denominator, dtype=np.int64), units * unit.numerator
+
     def epsilon(self, scale: Fraction) -> Fraction:
         """Privacy map: the ε of one release at noise scale ``scale``."""
         if not isinstance(scale, Fraction | int) or scale <= 0:
@@ -62,6 +68,12 @@ class LaplaceMechanism:
     def expected_abs_error(self, epsilon: Fraction, bins: int = 1) -> float:
         """Expected absolute error of one released count (does not depend on bins)."""
         return discrete_laplace_mean_abs(self.scale(epsilon))
+
+    def expected_abs_error_in_units(self, units: int, unit: Fraction) -> float:
+        """:meth:`expected_abs_error` at ε = ``units·unit``, without ``Fraction`` arithmetic: the
+        scale read as the correctly rounded float of ``Δ·unit.den / (units·unit.num)``, the same
+        float ``float(Δ/ε)`` is, so the result is bit for bit the same."""
+        return discrete_laplace_mean_abs(self.sensitivity * unit.denominator / (units * unit.numerator))
 
     # -- release -------------------------------------------------------------
     def release(self, counts: np.ndarray, epsilon: Fraction, noise: NoiseDrawer) -> NoisyHistogram:

@@ -257,12 +257,8 @@ def test_engine_builder_check_catches_a_second_builder(tmp_path):
 # are none. ``from P import name`` is an edge to the module ``P.name`` when that is a module, else to
 # ``P``; the implicit import of a module's parent packages is not an edge (every submodule has it).
 
-#: TEMPORARY (issue 29): the lab circle that helpers ``runs`` and ``labpaths`` remove on their
-#: branches (run primitives in one module, ``settings_with`` a ``Settings`` method). The lead deletes
-#: this allowance when merging them; nothing else may be added here.
-ALLOWED_CIRCLES: tuple[frozenset[str], ...] = (
-    frozenset({"stream.lab.evaluate", "stream.lab.personal", "stream.lab.planner", "stream.lab.recommend"}),
-)
+#: import circles that are allowed: none (the lab circle of issue 29 is gone; keep this empty)
+ALLOWED_CIRCLES: tuple[frozenset[str], ...] = ()
 
 
 def _module_name(root: Path, path: Path) -> str:

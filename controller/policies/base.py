@@ -5,6 +5,13 @@ republishing the last release. It may charge the accountant for what its
 decision reads (a noisy distance, a threshold), always *before* drawing that
 noise. It never draws the release noise itself: the step function does, after
 charging the publication.
+
+Runs axis. A policy may decide for R independent runs at once (:meth:`RunsPolicy.decide_runs`):
+its state is then arrays with a leading runs axis, it asks a :class:`controller.ledger.RunsLedger`
+per run (``ledger.can_spend(t, amount)`` is a mask) and answers which runs publish fresh and at
+what ε. The service runs one run: :func:`decide_one` wraps the engine's exact accountant in an
+:class:`~controller.ledger.AccountantLedger` and calls the same ``decide_runs``, so a policy that
+has it keeps its decision rule in one place for the service and the lab.
 """
 
 from __future__ import annotations
@@ -16,11 +23,13 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from controller.accountant import Accountant
+from controller.ledger import AccountantLedger, RunsLedger
 from controller.units import PrivacyUnit
 from histogram.mechanism import Mechanism
 from histogram.noise import NoiseDrawer
 
-__all__ = ["Decision", "DecisionContext", "DecisionPolicy", "REPUBLISH", "fresh"]
+__all__ = ["Decision", "DecisionContext", "DecisionPolicy", "REPUBLISH", "fresh", "RunsContext", "RunsDecision",
+           "RunsPolicy", "amounts_for", "decide_one"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,16 @@ class DecisionPolicy(Protocol):
         """Update the state after a fresh release was drawn at ``timestep``."""
         ...
 
+    def charges(self) -> tuple[Fraction, ...]:
+        """The policy's privacy map: public ε amounts of which every charge it makes (decision
+        noise, tests, publications) is a whole-number combination, together with ``unit.epsilon``.
+
+        A lab ledger counts ε in whole multiples of their rational gcd
+        (:class:`controller.ledger.UnitLedger`), so a charge off this grid is refused, not rounded;
+        the policy conformance suite checks every charge the engine makes against it.
+        """
+        ...
+
     def state_to_json(self, state: Any) -> dict[str, Any]: ...
 
     def state_from_json(self, data: dict[str, Any]) -> Any: ...
@@ -104,3 +123,54 @@ class DecisionPolicy(Protocol):
     def describe(self) -> dict[str, Any]:
         """Public parameters (for the release message and the config hash)."""
         ...
+
+
+@dataclass
+class RunsContext:
+    """One timestep of R runs of a policy (the runs share the true histogram, not their state).
+
+    Attributes:
+        timestep: 0-based index of this timestep.
+        runs: R.
+        ledger: the runs' window ledgers (charge before drawing); amounts in its representation.
+        fresh_count: ``(R,)`` fresh releases published so far in each run (public).
+    """
+
+    timestep: int
+    runs: int
+    ledger: RunsLedger
+    fresh_count: np.ndarray
+
+
+def amounts_for(amount: Any, rows: np.ndarray) -> np.ndarray:
+    """One ``amount`` (a ledger amount) per row: int64 for a unit ledger, objects for Fractions."""
+    return np.full(rows.size, amount, dtype=object if isinstance(amount, Fraction) else np.int64)
+
+
+@dataclass(frozen=True)
+class RunsDecision:
+    """The runs (``rows``, ascending) that publish fresh at this timestep, and the ε of each
+    (``amounts``, in the ledger's representation; one value per row). The others republish."""
+
+    rows: np.ndarray
+    amounts: np.ndarray
+    reason: str = ""
+
+
+@runtime_checkable
+class RunsPolicy(Protocol):
+    """A policy whose decision rule is written over a runs axis (uniform, fixed, Sample)."""
+
+    def decide_runs(self, state: Any, ctx: RunsContext) -> tuple[RunsDecision, Any]:
+        """Decide this timestep for every run; may charge ``ctx.ledger`` (before drawing)."""
+        ...
+
+
+def decide_one(policy: RunsPolicy, state: Any, ctx: DecisionContext) -> tuple[Decision, Any]:
+    """The service's single run: ``policy.decide_runs`` on the engine's own exact accountant."""
+    ledger = AccountantLedger([ctx.accountant])  # type: ignore[list-item]
+    runs_ctx = RunsContext(ctx.timestep, 1, ledger, np.array([ctx.fresh_count], dtype=np.int64))
+    decision, state = policy.decide_runs(state, runs_ctx)
+    if decision.rows.size:
+        return fresh(Fraction(decision.amounts[0]), decision.reason), state
+    return REPUBLISH, state

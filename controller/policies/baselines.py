@@ -7,7 +7,8 @@
   ("Sample") the window's budget at one timestep in ``ceil(w / C)`` (with
   C = 1: all of ε once every w timesteps), so any window holds at most C.
 
-Neither reads data to decide, so they spend only on publications.
+Neither reads data to decide, so they spend only on publications. Both decide over a runs axis
+(:meth:`decide_runs`); the service's one run goes through :func:`controller.policies.base.decide_one`.
 """
 
 from __future__ import annotations
@@ -16,11 +17,20 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+
 from controller.accountant import Accountant, UserLevelAccountant, WindowAccountant
-from controller.policies.base import REPUBLISH, Decision, DecisionContext, fresh
+from controller.policies.base import (
+    Decision,
+    DecisionContext,
+    RunsContext,
+    RunsDecision,
+    amounts_for,
+    decide_one,
+)
 from controller.units import PrivacyUnit, UserLevel, WEvent
 
-__all__ = ["UniformPolicy", "FixedPolicy", "accountant_for"]
+__all__ = ["UniformPolicy", "FixedPolicy", "accountant_for", "schedule_runs", "NO_RUNS"]
 
 
 def accountant_for(unit: PrivacyUnit) -> Accountant:
@@ -28,6 +38,20 @@ def accountant_for(unit: PrivacyUnit) -> Accountant:
     if isinstance(unit, UserLevel):
         return UserLevelAccountant(unit.epsilon)
     return WindowAccountant(unit.epsilon, unit.w)
+
+
+#: no run publishes fresh (read-only)
+NO_RUNS = np.zeros(0, dtype=np.int64)
+NO_RUNS.setflags(write=False)
+
+
+def schedule_runs(ctx: RunsContext, epsilon: Fraction, reason: str, allowed: np.ndarray | None = None) -> RunsDecision:
+    """A scheduled release of ``epsilon`` at this timestep: fresh in every run (among ``allowed``)
+    whose ledger can take it; the others republish (a data-independent decision: no charge)."""
+    amount = ctx.ledger.amount(epsilon)
+    ok = ctx.ledger.can_spend(ctx.timestep, amount)
+    rows = np.flatnonzero(ok if allowed is None else ok & allowed)
+    return RunsDecision(rows, amounts_for(amount, rows), reason)
 
 
 class _Stateless:
@@ -65,12 +89,15 @@ class UniformPolicy(_Stateless):
         return self.unit.epsilon / self.unit.w
 
     def decide(self, state: None, ctx: DecisionContext) -> tuple[Decision, None]:
-        eps = self.per_timestep
+        return decide_one(self, state, ctx)
+
+    def decide_runs(self, state: None, ctx: RunsContext) -> tuple[RunsDecision, None]:
         if isinstance(self.unit, UserLevel) and ctx.timestep >= self.unit.horizon:
-            return REPUBLISH, None  # past the horizon the budget is spent
-        if not ctx.accountant.can_spend(ctx.timestep, eps):
-            return REPUBLISH, None
-        return fresh(eps, "uniform"), None
+            return RunsDecision(NO_RUNS, NO_RUNS), None  # past the horizon the budget is spent
+        return schedule_runs(ctx, self.per_timestep, "uniform"), None
+
+    def charges(self) -> tuple[Fraction, ...]:
+        return (self.per_timestep,)
 
     def describe(self) -> dict[str, Any]:
         return {"decision": self.name, "per_timestep_epsilon": str(self.per_timestep)}
@@ -94,14 +121,16 @@ class FixedPolicy(_Stateless):
         return self.unit.epsilon / self.unit.cutoff
 
     def decide(self, state: None, ctx: DecisionContext) -> tuple[Decision, None]:
+        return decide_one(self, state, ctx)
+
+    def decide_runs(self, state: None, ctx: RunsContext) -> tuple[RunsDecision, None]:
         if ctx.timestep % self.interval != 0:
-            return REPUBLISH, None
-        if isinstance(self.unit, UserLevel) and ctx.fresh_count >= self.unit.cutoff:
-            return REPUBLISH, None
-        eps = self.per_release
-        if not ctx.accountant.can_spend(ctx.timestep, eps):
-            return REPUBLISH, None
-        return fresh(eps, "schedule"), None
+            return RunsDecision(NO_RUNS, NO_RUNS), None
+        allowed = ctx.fresh_count < self.unit.cutoff if isinstance(self.unit, UserLevel) else None
+        return schedule_runs(ctx, self.per_release, "schedule", allowed), None
+
+    def charges(self) -> tuple[Fraction, ...]:
+        return (self.per_release,)
 
     def describe(self) -> dict[str, Any]:
         return {

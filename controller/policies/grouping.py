@@ -322,6 +322,10 @@ class AdaPubPolicy:
         details = {"smoothed_over": int(sizes.max()), "dimension_groups": int(sums.size)}
         return NoisyHistogram(out, noisy.epsilon, inf, noisy.confidence, details), new
 
+    def charges(self) -> tuple[Fraction, ...]:
+        """ε_p per perturbation, ε_c per round of deviation tests."""
+        return (self.epsilon_p, self.epsilon_c)
+
     def on_fresh(self, state: AdaPubState, timestep: int) -> AdaPubState:
         return state
 
@@ -565,6 +569,10 @@ class RescueDPPolicy:
         inf = np.broadcast_to(np.float64(np.inf), out.shape)  # a filtered estimate: no interval claimed
         details = {"sampled_bins": int(measured.size), "groups": int(sums.size)}
         return NoisyHistogram(out, noisy.epsilon, inf, noisy.confidence, details), new
+
+    def charges(self) -> tuple[Fraction, ...]:
+        """Every sample's ε is rounded down to a whole multiple of ε/2²⁰ (:meth:`budget`)."""
+        return (self.unit.epsilon / BUDGET_GRID,)
 
     def on_fresh(self, state: RescueDPState, timestep: int) -> RescueDPState:
         return state

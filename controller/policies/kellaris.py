@@ -130,6 +130,10 @@ class _Kellaris:
     def on_fresh(self, state: KellarisState, timestep: int) -> KellarisState:
         return state
 
+    def charges(self) -> tuple[Fraction, ...]:
+        """Tests of ε/(2w); BD's publications on its grid, BA's in whole shares ε/(2w)."""
+        return (self.test_epsilon, self.grid, self.publication_budget)
+
     def state_to_json(self, state: KellarisState) -> dict[str, Any]:
         return state.to_json()
 

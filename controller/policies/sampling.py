@@ -258,6 +258,10 @@ class DistanceSamplingPolicy(_SamplingPolicyBase):
     def on_fresh(self, state: SamplingState, timestep: int) -> SamplingState:
         return self._record_fresh(state, timestep)
 
+    def charges(self) -> tuple[Fraction, ...]:
+        """ε₁ (the SVT instance), ε₂/C per release; the last timestep's rest is ε minus these."""
+        return tuple(e for e in (self.epsilon_decision, self.per_release) if e)
+
     def describe(self) -> dict[str, Any]:
         cal = self.calibration
         return {
@@ -356,6 +360,10 @@ class WEventSamplingPolicy(_SamplingPolicyBase):
     def on_fresh(self, state: SamplingState, timestep: int) -> SamplingState:
         state = replace(state, recent_fresh=self._window_fresh(state, timestep) + (timestep,))
         return self._record_fresh(state, timestep)
+
+    def charges(self) -> tuple[Fraction, ...]:
+        """kε/(C+1) per SVT instance, (1−k)ε/C per release."""
+        return (self.per_instance, self.per_release)
 
     def describe(self) -> dict[str, Any]:
         cal = self.calibration

@@ -38,9 +38,19 @@ import numpy as np
 
 from controller.accountant import Accountant, WindowAccountant
 from controller.errors import ConfigurationError, StateError
-from controller.policies.base import REPUBLISH, Decision, DecisionContext, fresh
+from controller.policies.base import (
+    REPUBLISH,
+    Decision,
+    DecisionContext,
+    RunsContext,
+    RunsDecision,
+    decide_one,
+    fresh,
+)
 from controller.policies.baselines import (
+    NO_RUNS,
     _Stateless,  # the no-memory state handling Uniform and Fixed share
+    schedule_runs,
 )
 from controller.step import decode_array, encode_array
 from controller.units import WEvent
@@ -78,11 +88,16 @@ class SamplePolicy(_Stateless):
         return self.unit.epsilon
 
     def decide(self, state: None, ctx: DecisionContext) -> tuple[Decision, None]:
+        return decide_one(self, state, ctx)
+
+    def decide_runs(self, state: None, ctx: RunsContext) -> tuple[RunsDecision, None]:
         if ctx.timestep % self.unit.w != 0:
-            return REPUBLISH, None
-        if not ctx.accountant.can_spend(ctx.timestep, self.per_release):
-            return REPUBLISH, None  # cannot happen with a fresh ledger; never overspend if it does
-        return fresh(self.per_release, "sample"), None
+            return RunsDecision(NO_RUNS, NO_RUNS), None
+        # the ledger check cannot fail with a fresh ledger; never overspend if it does
+        return schedule_runs(ctx, self.per_release, "sample"), None
+
+    def charges(self) -> tuple[Fraction, ...]:
+        return (self.per_release,)
 
     def describe(self) -> dict[str, Any]:
         return {"decision": self.name, "interval": self.unit.w, "per_release_epsilon": str(self.per_release)}
@@ -230,6 +245,10 @@ class PegasusPolicy:
         width = np.broadcast_to(np.float64(np.inf), out.shape)
         return NoisyHistogram(out, noisy.epsilon, width, noisy.confidence, {"smoothed_over": new.size}), new
 
+    def charges(self) -> tuple[Fraction, ...]:
+        """ε_p per perturbation, ε_g per grouping test."""
+        return (self.epsilon_p, self.epsilon_g)
+
     def on_fresh(self, state: PegasusState, timestep: int) -> PegasusState:
         return state
 
@@ -374,6 +393,9 @@ class FastPolicy:
         width = np.broadcast_to(np.float64(np.inf), posterior.shape)  # a filtered estimate: no interval claimed
         details = {"kalman_gain": round(1.0 - variance / r, 6) if state.estimate is not None else 1.0}
         return NoisyHistogram(posterior, noisy.epsilon, width, noisy.confidence, details), new
+
+    def charges(self) -> tuple[Fraction, ...]:
+        return (self.per_sample,)
 
     def on_fresh(self, state: FastState, timestep: int) -> FastState:
         return state

@@ -56,7 +56,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "and contribution bounding), run each method's release engine --runs times with seeded noise "
             "(under w-event privacy with LPA all runs of a method go in one array pass, with the same exact "
             "noise sampler and exact ε ledger: evaluation only, and replay does not reproduce those runs; "
-            "--replayable steps the engine for every run, run r with seed+r, so 'dpstream replay --seed "
+            "--replayable draws run r's noise from the engine's own drawers of seed+r, so 'dpstream replay --seed "
             "seed+r' reproduces it), and report per method "
             "the mean absolute/relative error per bin, the error of --queries random range-count queries, "
             "fresh releases and the epsilon spent, each with a 95% confidence interval over the runs."
@@ -113,9 +113,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="methods evaluated in parallel processes (default 0: one per core; 1: none); "
                         "the results do not depend on it")
     p.add_argument("--replayable", action="store_true",
-                   help="step the service's engine for every run (slow) so that 'dpstream replay --seed "
-                        "seed+r' reproduces run r; without it, w-event LPA methods run all runs in one "
-                        "array pass (same noise law, other values)")
+                   help="draw run r's noise from the service engine's own drawers of seed+r (slower), so that "
+                        "'dpstream replay --seed seed+r' reproduces run r; without it, noise is drawn in "
+                        "blocks (same noise law, other values)")
     p.set_defaults(func=run, handler=run)
     return p
 

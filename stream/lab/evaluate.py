@@ -18,12 +18,14 @@ data, and how wrong would it have been?" It runs the service's release path:
 
 **Lab fast paths (evaluation only).** Under w-event privacy with LPA (every method) the runs
 are not stepped one by one: :func:`stream.lab.vectorised.run_vectorised` runs all R runs of a
-method in one array pass per timestep, with each method's decision rule, window ledger (exact,
-in whole units of ε) and state written over arrays of runs. Its noise is the same exact sampler
+method in one array pass per timestep, with each run's state a row of an array and the window
+ledger exact in whole units of ε (:class:`controller.ledger.UnitLedger`). Its noise is the same exact sampler
 drawn in blocks, so the runs have the engine's distribution but not its values: ``replay --seed``
-does not reproduce them. ``replayable=True`` (``evaluate --replayable``) steps the engine for
-every run instead. ``tests/stream/lab/test_vectorised.py`` checks the kernels against the engine
-bit for bit (with the engine's own drawers). The service never uses these paths. Smoothed
+does not reproduce them. ``replayable=True`` (``evaluate --replayable``) is the same path with
+another noise source: :class:`stream.lab.vectorised.EngineNoise`, the engine's own drawers
+(``Randomness.seeded(seed + r).drawer(stream.id, t, "release")`` in the engine's call order), so
+run ``r`` publishes what ``dpstream replay --seed seed+r`` publishes, bit for bit
+(``tests/stream/lab/test_vectorised.py`` checks every kernel against the engine that way). The service never uses these paths. Smoothed
 variants (``+kalman``, ``+ewma``) and other post-processors than ``none``/``nonnegative`` keep
 the engine path.
 
@@ -57,18 +59,18 @@ entries have ``null`` ε (they are not private).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from controller.method import METHODS, W_EVENT_METHODS
+from controller.method import METHODS
 from histogram.noise import Randomness
 from histogram.postprocess import POSTPROCESSORS, parse_chain, postprocess
-from stream.config import ConfigError, Settings
+from stream.config import Settings
 from stream.lab.errors import EvaluationError, InputError
-from stream.lab.metrics import RunErrors, Workload, stream_errors, summarise
+from stream.lab.metrics import Workload, stream_errors, summarise
+from stream.lab.runs import RunTrace, check_methods, run_method, split_method
 
 __all__ = [
     "EvaluationError",
@@ -90,12 +92,6 @@ METRICS = (
 )
 
 
-def split_method(name: str) -> tuple[str, str | None]:
-    """``"dsat+nonnegative"`` → ``("dsat", "nonnegative")``; ``"uniform+kalman+nonnegative"`` →
-    ``("uniform", "kalman+nonnegative")``; ``"dsat"`` → ``("dsat", None)`` (None: the config's own
-    ``release.postprocess``)."""
-    base, _, post = name.partition("+")
-    return base, (post or None)
 
 
 def parse_methods(text: str | Sequence[str]) -> list[str]:
@@ -120,108 +116,6 @@ def parse_methods(text: str | Sequence[str]) -> list[str]:
     if len(set(names)) != len(names):
         raise EvaluationError(f"--methods lists a method twice: {','.join(names)}")
     return names
-
-
-def check_methods(settings: Settings, methods: Iterable[str]) -> dict[str, Settings]:
-    """Per-method settings; a method that cannot run under this config is a clear error."""
-    out: dict[str, Settings] = {}
-    unit = settings.privacy.unit
-    for m in methods:
-        base, post = split_method(m)
-        if base == "auto":  # the planner's choice from the configuration alone (stream.planning.planner)
-            from stream.planning.planner import PlannerError, auto_method
-
-            try:
-                name, planned = auto_method(settings)
-            except PlannerError as exc:
-                raise EvaluationError(f"method auto: {exc}") from None
-            out[name] = planned
-            continue
-        release: dict[str, Any] = {"decision": base}
-        if post is not None:
-            release["postprocess"] = post
-        try:
-            out[m] = settings.with_changes({"release": release})
-        except ConfigError as exc:
-            text = str(exc)
-            if base in W_EVENT_METHODS and unit != "w-event":
-                raise EvaluationError(
-                    f"method {m} is a w-event mechanism and this config's privacy unit is "
-                    f"{unit}: set privacy.unit: w-event and privacy.w, or drop {m} from --methods"
-                ) from None
-            raise EvaluationError(f"method {m} cannot run with this configuration: {text}") from None
-    return out
-
-
-def _frac_float(x: Fraction | None) -> float:
-    return 0.0 if x is None else float(x)
-
-
-@dataclass
-class RunTrace:
-    """One run of one method: metrics, the decisions (source timestep per timestep) and the ε of
-    each fresh release (by timestep)."""
-
-    metrics: dict[str, float]
-    sources: list[int | None]
-    epsilons: dict[int, Fraction] = field(default_factory=dict)
-
-
-def run_method(
-    settings: Settings,
-    workload: Workload,
-    randomness: Randomness,
-    *,
-    tick: Callable[[int], None] | None = None,
-    tick_every: int = 25,
-    engine: Any = None,
-    inputs: Callable[[int, Any], np.ndarray] | None = None,
-) -> RunTrace:
-    """Step ``settings.engine()`` over every timestep once; errors against the truth of what the
-    service publishes (``release.postprocess`` applied, smoothers included).
-
-    ``engine`` (default ``settings.engine()``) and ``inputs(t, state)`` (default ``workload.truth[t]``):
-    what is stepped on what, for engines whose input is not the histogram itself (a personalized
-    stream's counts per budget level, :mod:`stream.lab.personal`)."""
-    engine = settings.engine() if engine is None else engine
-    stream_id = settings.stream.id
-    state = engine.initial_state()
-    acc = RunErrors(workload)
-    placeholder = np.zeros(workload.bins)  # published before the first release
-    post = settings.postprocessor()  # what the service would publish (free post-processing)
-    post_state = post.initial()
-    sources: list[int | None] = []
-    epsilons: dict[int, Fraction] = {}
-    max_window: Fraction = Fraction(0)
-    release = None
-    pending = 0
-    for t in range(workload.timesteps):
-        counts = workload.truth[t] if inputs is None else inputs(t, state)
-        release, state = engine.step(state, counts, randomness.drawer(stream_id, t, "release"))
-        src = release.source_timestep
-        sources.append(src)
-        if release.kind == "fresh":
-            epsilons[t] = release.epsilon_release
-        if src is None:
-            acc.add(t, placeholder)
-        else:
-            out, post_state = post.apply(post_state, release.counts, release.half_width, release.confidence,
-                                         release.kind == "fresh")
-            acc.add(t, out.counts)
-        window = release.window_spend if release.window_spend is not None else release.epsilon_spent
-        if window > max_window:
-            max_window = window
-        pending += 1
-        if tick is not None and pending >= tick_every:
-            tick(pending)
-            pending = 0
-    if tick is not None and pending:
-        tick(pending)
-    metrics = acc.metrics()[0]
-    metrics["fresh_releases"] = float(release.fresh_count) if release else 0.0
-    metrics["epsilon_spent"] = _frac_float(release.epsilon_spent if release else None)
-    metrics["max_window_spend"] = float(max_window)
-    return RunTrace(metrics, sources, epsilons)
 
 
 #: Methods whose decisions read neither the data nor the noise (thesis §4.1.4: they "spend only on
@@ -380,20 +274,23 @@ def _evaluate_method(
     personal: Any = None,
 ) -> dict[str, Any]:
     """``{name: summary}`` (and ``{name-true: …}`` when asked) for one method."""
-    from stream.lab.vectorised import PooledNoise, run_vectorised, vector_eligible
+    from stream.lab.vectorised import EngineNoise, PooledNoise, run_vectorised, vector_eligible
 
     if s.privacy.personal is not None:  # the engine for every run: run r is replay --seed seed+r
         from stream.lab.personal import run_personal
 
         traces = [run_personal(s, personal, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
-    elif replayable:
-        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
     elif vector_eligible(s):
-        # keyed by the base method: "m" and "m+nonnegative" draw the same noise and make the same
-        # decisions, as the engine path's seeded runs do
-        res = run_vectorised(s, workload, runs, PooledNoise(seed, s.stream.id, split_method(name)[0]), tick=tick)
+        # one run path, two noise sources: replayable = the engine's own drawers (run r publishes
+        # what replay --seed seed+r publishes), else block draws keyed by the base method ("m" and
+        # "m+nonnegative" draw the same noise and make the same decisions)
+        noise = (EngineNoise(seed, s.stream.id) if replayable
+                 else PooledNoise(seed, s.stream.id, split_method(name)[0]))
+        res = run_vectorised(s, workload, runs, noise, tick=tick)
         traces = [RunTrace(res.metrics[r], [None if x < 0 else x for x in res.sources[r].tolist()])
                   for r in range(runs)]
+    elif replayable:
+        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
     elif fast_eligible(s):
         traces = run_fast(s, workload, seed, runs, name=name, tick=tick)
     else:
@@ -422,8 +319,8 @@ def evaluate_settings(
 
     ``jobs``: methods evaluated in parallel processes (``None``: one per core, at most one per
     method). Each method's runs are the same whatever ``jobs`` is (each run's noise is keyed by
-    the seed, never by the process), so the result does not depend on it. ``replayable``: step the
-    engine for every run (slow), so ``replay --seed seed+r`` reproduces run ``r``."""
+    the seed, never by the process), so the result does not depend on it. ``replayable``: draw each
+    run's noise from the engine's own drawers (slower), so ``replay --seed seed+r`` reproduces run ``r``."""
     if runs < 1:
         raise EvaluationError(f"--runs must be >= 1, got {runs}")
     if seed < 0:

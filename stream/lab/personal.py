@@ -177,7 +177,7 @@ def run_personal(
     the rows routed by its own coins; a :class:`stream.lab.evaluate.RunTrace` against everyone's
     true histograms (``workload.truth``)."""
     from stream.lab.errors import EvaluationError
-    from stream.lab.evaluate import run_method
+    from stream.lab.runs import run_method
 
     decl = settings.personal_declaration()
     if decl.levels.size != rows.levels or rows.bins != workload.bins or rows.timesteps != workload.timesteps:

@@ -18,7 +18,7 @@ from typing import Any
 from controller.method import METHODS
 from stream.config import Settings
 from stream.lab.errors import EvaluationError
-from stream.lab.evaluate import check_methods
+from stream.lab.runs import check_methods
 
 __all__ = ["CAVEAT", "candidates", "ranking", "recommendation"]
 

@@ -3,9 +3,14 @@
 ``dpstream evaluate`` runs each method R times on the same true histograms. Stepping the service's
 engine (:func:`stream.lab.evaluate.run_method`) costs about 0.75 ms per step in exact ``Fraction``
 accounting and one-value exact noise draws, so 20 runs of 1,000 timesteps took ~15 s per method.
-The runs are independent, so here every method's decision rule is written once more over arrays of
-R runs: the state of each run (its window ledger, SVT instance, PID controller, last release,
-group, filter) is a row of an array, and each timestep is one pass over all runs.
+The runs are independent, so here all R runs of a method go in one pass per timestep: the state of
+each run (its window ledger, SVT instance, PID controller, last release, group, filter) is a row of
+an array. Uniform, fixed and Sample have no rule here: the kernel calls the policy's own
+``decide_runs`` (the rule the service runs with one run); the ledger is
+:class:`controller.ledger.UnitLedger` in units of the policy's declared ``charges()``; DSAT's PID
+update is :meth:`controller.pid.PIDController.update_runs`; LPA's scale and expected error are the
+mechanism's. DSAT/DSFT's SVT steps, BD/BA, PeGaSus and FAST_w are still written once more over
+arrays here (issue 29, not finished).
 
 **Evaluation only.** Nothing here publishes or is used by the service: the service (and ``dpstream
 replay``) always steps :class:`controller.step.Engine`, whose accountant is the one that enforces
@@ -16,14 +21,15 @@ release, decision and ε figure equals the engine's).
 
 Exactness is kept where the engine has it:
 
-* **ε** is counted in whole multiples of one public unit (the greatest common divisor of every
-  amount the method can charge, a ``Fraction``), in int64: the window sums and the cap check are
-  exact integer comparisons, the same as the accountant's ``Fraction`` ones. Reported figures are
-  converted back through ``Fraction``.
+* **ε** is counted in whole multiples of one public unit (the rational gcd of ε and the policy's
+  declared charges), in int64 (:class:`controller.ledger.UnitLedger`): the window sums and the cap
+  check are exact integer comparisons, and ``tests/controller/test_ledger_law.py`` holds them equal
+  to the accountant's ``Fraction`` ones. Reported figures are converted back through ``Fraction``.
 * **noise** is the same exact discrete Laplace sampler (:meth:`histogram.noise.GeneratorDrawer.
   discrete_laplace`). By default (:class:`PooledNoise`) it is drawn in blocks, one seeded drawer per
   noise scale, so the runs have the engine's distribution but not its values: ``dpstream replay
-  --seed`` does not reproduce them (``evaluate --replayable`` steps the engine instead).
+  --seed`` does not reproduce them. :class:`EngineNoise` (``evaluate --replayable``) draws from the
+  engine's own drawers instead: the same path, and run r is what ``replay --seed seed+r`` publishes.
 * **public floats** (DSAT's PID, FAST_w's filter and controller, the thresholds) use the same IEEE
   operations in the same order as the policies; ``math.exp`` and the ``Fraction(repr(x))`` threshold
   are evaluated exactly as the policies do.
@@ -43,11 +49,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from controller.ledger import UnitLedger
+from controller.policies.base import RunsContext
 from controller.policies.baselines import FixedPolicy, UniformPolicy
 from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.policies.sampling import WEventSamplingPolicy
 from controller.policies.wevent import FAST_MAX_EXPONENT, FastPolicy, PegasusPolicy, SamplePolicy
-from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness, discrete_laplace_mean_abs
+from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness
 from histogram.postprocess import parse_chain, postprocess
 from stream.lab.metrics import QueryIndex, Workload
 
@@ -248,70 +256,6 @@ class EngineNoise:
                           for i, (a, b) in enumerate(zip(num.tolist(), den.tolist(), strict=True))])
 
 
-def _unit(amounts: list[Fraction]) -> Fraction:
-    """The largest Fraction of which every amount is a whole multiple."""
-    lcm = 1
-    for a in amounts:
-        lcm = lcm * a.denominator // math.gcd(lcm, a.denominator)
-    g = 0
-    for a in amounts:
-        g = math.gcd(g, a.numerator * (lcm // a.denominator))
-    return Fraction(g, lcm)
-
-
-class _Ledger:
-    """R window ledgers in whole units: ``E[r, e]`` is the ε of run r's entries whose span ends at e.
-
-    An entry counts in every window it touches; at timestep ``t`` every entry ends at or before ``t``,
-    so the window ending at ``t`` holds exactly the entries with ``end >= t - w + 1`` (the accountant's
-    ``_touching``). Extending an entry moves its ε to its new end.
-    """
-
-    def __init__(self, runs: int, timesteps: int, w: int, cap: int) -> None:
-        self.E = np.zeros((runs, timesteps), dtype=np.int64)
-        self.w = w
-        self.cap = cap
-        self.max = np.zeros(runs, dtype=np.int64)
-        self._t = -1
-        self._used = np.zeros(runs, dtype=np.int64)  # the window ending at _t, kept up to date
-
-    def _at(self, t: int) -> np.ndarray:
-        """The window ending at ``t``: moving on by one timestep drops the column that leaves it
-        (whole units, so the running sum is exact); any other move sums the window afresh."""
-        if t != self._t:
-            if t == self._t + 1:
-                if t >= self.w:
-                    self._used = self._used - self.E[:, t - self.w]
-            else:
-                self._used = self.E[:, max(0, t - self.w + 1):t + 1].sum(axis=1)
-            self._t = t
-        return self._used
-
-    def used(self, t: int) -> np.ndarray:
-        return self._at(t)
-
-    def can(self, t: int, amount: int | np.ndarray) -> np.ndarray:
-        return self.used(t) + amount <= self.cap
-
-    def spend(self, t: int, rows: np.ndarray, amount: int | np.ndarray) -> None:
-        if rows.size:
-            used = self._at(t).copy()  # a new array: what callers read before stays as it was
-            self.E[rows, t] += amount
-            used[rows] += amount
-            self._used = used
-
-    def extend(self, t: int, rows: np.ndarray, ends: np.ndarray, amount: int) -> None:
-        if rows.size:
-            used = self._at(t).copy()
-            self.E[rows, ends] -= amount
-            self.E[rows, t] += amount
-            used[rows] += np.where(ends < t - self.w + 1, amount, 0)  # moved into the window from outside it
-            self._used = used
-
-    def end_step(self, t: int) -> None:
-        np.maximum(self.max, self.used(t), out=self.max)
-
-
 @dataclass
 class VectorResult:
     """R runs of one method: metrics per run, and each run's decisions.
@@ -413,7 +357,7 @@ class _Run:
     U: int
     truth: np.ndarray
     noise: LabNoise
-    ledger: _Ledger
+    ledger: UnitLedger
     unit: Fraction
     mech: Any
     last: np.ndarray = field(init=False)  # (R, U): the counts the decisions compare with (int64 or float)
@@ -475,9 +419,6 @@ class _Kernel:
         self.p = policy
         self.run = run
 
-    @staticmethod
-    def amounts(policy: Any) -> list[Fraction]:
-        raise NotImplementedError
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -489,33 +430,21 @@ class _Kernel:
 class _Schedule(_Kernel):
     """Uniform, fixed (Sample of C) and Sample: a public schedule, checked against the ledger."""
 
-    @staticmethod
-    def amounts(policy: Any) -> list[Fraction]:
-        if isinstance(policy, UniformPolicy):
-            return [policy.per_timestep]
-        return [policy.per_release]
+
+    def __init__(self, policy: Any, run: _Run) -> None:
+        super().__init__(policy, run)
+        self.fresh_count = np.zeros(run.R, dtype=np.int64)
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        p, run = self.p, self.run
-        if isinstance(p, UniformPolicy):
-            eps, due = p.per_timestep, True
-        elif isinstance(p, FixedPolicy):
-            eps, due = p.per_release, t % p.interval == 0
-        else:
-            eps, due = p.per_release, t % p.unit.w == 0
-        if not due:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        e = run.units(eps)
-        rows = run.ledger.can(t, e).nonzero()[0]
-        return rows, run.same(e, rows.size)
+        """The policy's own rule over the runs (:meth:`~controller.policies.base.RunsPolicy.decide_runs`)."""
+        decision, _ = self.p.decide_runs(None, RunsContext(t, self.run.R, self.run.ledger, self.fresh_count))
+        self.fresh_count[decision.rows] += 1
+        return decision.rows, decision.amounts
 
 
 class _Sampling(_Kernel):
     """w-event DSAT/DSFT (:class:`controller.policies.sampling.WEventSamplingPolicy`)."""
 
-    @staticmethod
-    def amounts(policy: Any) -> list[Fraction]:
-        return [policy.per_instance, policy.per_release]
 
     def __init__(self, policy: WEventSamplingPolicy, run: _Run) -> None:
         super().__init__(policy, run)
@@ -541,32 +470,19 @@ class _Sampling(_Kernel):
             self.last_time = np.zeros(R, dtype=np.int64)
 
     def _pid(self, t: int, in_window: np.ndarray) -> None:
-        p, g = self.p, self.g
-        pid = p.pid
-        w, cutoff = p.unit.w, p.unit.cutoff
-        target = cutoff / w
-        rate = in_window / max(1, min(t + 1, w))
-        feedback = np.abs(rate - target)
-        e = np.abs(feedback - g.delta) / g.delta
-        self.errors = (self.errors + [e])[-g.integral_window:]
-        derivative = np.zeros_like(e)
-        if g.theta_d:
-            moved = (t + 1) != self.last_time
-            derivative = np.where(moved, (e - self.last_err) / np.where(moved, (t + 1) - self.last_time, 1), 0.0)
-        total = 0 + self.errors[0]
-        for x in self.errors[1:]:
-            total = total + x
-        u = g.theta_p * e + g.theta_i * total + g.theta_d * derivative
-        step = g.theta * u
-        down = rate - target <= 0
-        self.thr = np.where(down, np.maximum(pid.lower, self.thr - step), np.minimum(pid.upper, self.thr + step))
+        """The policy's controller over the runs (:meth:`controller.pid.PIDController.update_runs`)."""
+        p = self.p
+        w = p.unit.w
+        self.thr, self.errors = p.pid.update_runs(
+            self.thr, self.errors, self.last_err, self.last_time, fresh_so_far=in_window, timestep=t + 1,
+            target_rate=p.unit.cutoff / w, rate_over=min(t + 1, w))
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         p, run = self.p, self.run
         w, cutoff = p.unit.w, p.unit.cutoff
         none = np.zeros(0, dtype=np.int64)
         if t == 0:
-            rows = run.ledger.can(t, self.e_rel).nonzero()[0]
+            rows = run.ledger.can_spend(t, self.e_rel).nonzero()[0]
             return rows, run.same(self.e_rel, rows.size)
         if p.adaptive and t <= p.burn_in:
             return none, none
@@ -589,7 +505,7 @@ class _Sampling(_Kernel):
         ledger.extend(t, ext_rows, self.inst_end[ext_rows], self.e_inst)
         self.inst_end[ext_rows] = t
         new_rows = start_ok.nonzero()[0]
-        ledger.spend(t, new_rows, self.e_inst)
+        ledger.spend(t, new_rows, self.e_inst, "decision")
         if new_rows.size:
             self.rho[new_rows] = run.noise.laplace(new_rows, self.threshold_scale, None)
             self.has_inst[new_rows] = True
@@ -622,11 +538,6 @@ class _Sampling(_Kernel):
 class _Kellaris(_Kernel):
     """BD and BA (:mod:`controller.policies.kellaris`)."""
 
-    @staticmethod
-    def amounts(policy: Any) -> list[Fraction]:
-        if isinstance(policy, BudgetDistribution):
-            return [policy.test_epsilon, policy.grid, policy.publication_budget]
-        return [policy.test_epsilon, policy.share]
 
     def __init__(self, policy: Any, run: _Run) -> None:
         super().__init__(policy, run)
@@ -645,16 +556,12 @@ class _Kellaris(_Kernel):
         self.errors: dict[int, float] = {}
 
     def _error(self, units: np.ndarray) -> np.ndarray:
-        """``mech.expected_abs_error(ε) · bins`` per run, as LPA computes it (Python floats, cached by ε).
-
-        LPA's error is ``discrete_laplace_mean_abs(Δ/ε)``, which reads the scale as ``float(Δ/ε)``;
-        ``Δ·unit.den / (e·unit.num)`` as an int true division is the same correctly rounded float."""
+        """``mech.expected_abs_error(ε) · bins`` per run, as the policy computes it (cached by ε)."""
         errors = self.errors
         keys = units.tolist()
+        run = self.run
         for u in set(keys).difference(errors):
-            run = self.run
-            num = run.mech.sensitivity * run.unit.denominator
-            errors[u] = discrete_laplace_mean_abs(num / (u * run.unit.numerator)) * run.U
+            errors[u] = run.mech.expected_abs_error_in_units(u, run.unit) * run.U
         return np.array([errors[u] for u in keys], dtype=np.float64)
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
@@ -662,17 +569,17 @@ class _Kellaris(_Kernel):
         if self.bd:
             remaining = self.budget - self.pub[:, max(0, t - w + 1):t].sum(axis=1)
             potential = np.where(remaining > 0, remaining // (2 * self.grid) * self.grid, 0)
-            ok = (potential > 0) & run.ledger.can(t, self.e_test + potential)
+            ok = (potential > 0) & run.ledger.can_spend(t, self.e_test + potential)
         else:
             active = t - self.last_pub > self.nullified
             available = np.minimum(t - (self.last_pub + self.nullified), w)
             potential = self.share * available
-            ok = active & run.ledger.can(t, self.e_test + potential)
+            ok = active & run.ledger.can_spend(t, self.e_test + potential)
         rows = ok.nonzero()[0]
         none = np.zeros(0, dtype=np.int64)
         if not rows.size:
             return none, none
-        run.ledger.spend(t, rows, self.e_test)
+        run.ledger.spend(t, rows, self.e_test, "test")
         noisy = run.l1(t, rows) + run.noise.laplace(rows, self.test_scale, None)
         pot = potential[rows]
         fresh = noisy > self._error(pot)
@@ -688,9 +595,6 @@ class _Kellaris(_Kernel):
 class _Pegasus(_Kernel):
     """PeGaSus (:class:`controller.policies.wevent.PegasusPolicy`): perturb, group, smooth."""
 
-    @staticmethod
-    def amounts(policy: Any) -> list[Fraction]:
-        return [policy.epsilon_p, policy.epsilon_g]
 
     def __init__(self, policy: PegasusPolicy, run: _Run) -> None:
         super().__init__(policy, run)
@@ -708,12 +612,12 @@ class _Pegasus(_Kernel):
         p, run = self.p, self.run
         ledger = run.ledger
         new = (self.size == 0) | ((self.size >= p.max_group) if p.max_group is not None else False)
-        ok_new = new & ledger.can(t, self.e_p)
-        test = ~new & ledger.can(t, self.e_g + self.e_p)
+        ok_new = new & ledger.can_spend(t, self.e_p)
+        test = ~new & ledger.can_spend(t, self.e_g + self.e_p)
         rows = test.nonzero()[0]
         self.joined[:] = False
         if rows.size:
-            ledger.spend(t, rows, self.e_g)
+            ledger.spend(t, rows, self.e_g, "test")
             size = self.size[rows]
             m = (2 * self.total[rows] + size[:, None]) // (2 * size[:, None])
             dev = np.abs(run.truth[t] - m).sum(axis=1)
@@ -739,9 +643,6 @@ class _Fast(_Kernel):
 
     published_float = True
 
-    @staticmethod
-    def amounts(policy: Any) -> list[Fraction]:
-        return [policy.per_sample]
 
     def __init__(self, policy: FastPolicy, run: _Run) -> None:
         super().__init__(policy, run)
@@ -759,7 +660,7 @@ class _Fast(_Kernel):
         self.r = 2.0 * b * b
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        ok = (t >= self.next_sample) & self.run.ledger.can(t, self.e)
+        ok = (t >= self.next_sample) & self.run.ledger.can_spend(t, self.e)
         rows = ok.nonzero()[0]
         return rows, self.run.same(self.e, rows.size)
 
@@ -826,16 +727,10 @@ def run_vectorised(
     engine = settings.engine()
     policy, mech = engine.policy, engine.mechanism
     kernel_type = _KERNELS[type(policy)]
-    unit_eps = policy.unit.epsilon
-    unit = _unit([unit_eps, *kernel_type.amounts(policy)])
     T, U = workload.timesteps, workload.bins
-    cap = int(unit_eps / unit)
-    if cap * (T + 2) >= 2**62:
-        raise ValueError("ε amounts too fine for the vectorised ledger")
     post = settings.release.postprocess
-    if kernel_type is _Schedule and isinstance(noise, PooledNoise) and not keep_published:
-        return _run_schedule(policy, mech, workload, runs, noise, unit, cap, post, tick)
-    ledger = _Ledger(runs, T, policy.unit.w, cap)
+    ledger = UnitLedger(policy.unit.epsilon, policy.unit.w, runs, T, policy.charges())  # the policy's privacy map
+    unit = ledger.unit
     run = _Run(runs, T, U, workload.truth, noise, ledger, unit, mech)
     kernel = kernel_type(policy, run)
     acc = _Metrics(workload, runs)
@@ -846,25 +741,21 @@ def run_vectorised(
     kept = np.zeros((runs, T, U)) if keep_published else None
     if kernel.published_float:
         run.last = run.last.astype(np.float64)
-    scale_num = np.full(runs, mech.sensitivity * unit.denominator)
-    scale_num.flags.writeable = False
-    scale_den = unit.numerator
     chain = parse_chain(post)
     truth = workload.truth
     for t in range(T):
         noise.begin(t)
         rows, eps = kernel.decide(t)
         if rows.size:
-            ledger.spend(t, rows, eps)
-            # LPA's scale Δ/ε with ε = e·unit: (Δ·unit.den) / (e·unit.num), reduced by the sampler
-            noisy = truth[t] + noise.laplace_each(rows, scale_num[:rows.size], eps * scale_den, U)
+            ledger.spend(t, rows, eps, "publication")
+            num, den = mech.scale_in_units(eps, unit)  # LPA's own scale Δ/ε, reduced by the sampler
+            noisy = truth[t] + noise.laplace_each(rows, num, den, U)
             out = kernel.after(t, rows, noisy, eps)
             run.last[rows] = out
             run.has_last[rows] = True
             published[rows] = postprocess(post, out) if chain else out
             src[rows] = t
             fresh_eps[rows, t] = eps
-        ledger.end_step(t)
         sources[:, t] = src
         acc.add(t, published)
         if kept is not None:
@@ -875,7 +766,7 @@ def run_vectorised(
         tick((T % 25) * runs)
     acc.flush()
     metrics = []
-    spent = ledger.E.sum(axis=1)
+    spent = ledger.total
     fresh_count = (fresh_eps > 0).sum(axis=1)
     for r in range(runs):
         m = acc.metrics(r)
@@ -884,50 +775,3 @@ def run_vectorised(
         m["max_window_spend"] = float(Fraction(int(ledger.max[r])) * unit)
         metrics.append(m)
     return VectorResult(metrics, sources, fresh_eps, unit, kept)
-
-
-def _run_schedule(policy: Any, mech: Any, workload: Workload, runs: int, noise: PooledNoise, unit: Fraction,
-                  cap: int, post: str, tick: Callable[[int], None] | None) -> VectorResult:
-    """Uniform, fixed and Sample with block draws: their decisions read neither data nor noise, so one
-    ledger row decides for every run (the same checks as the kernel), and every run's release noise
-    of each ε is drawn in one pass."""
-    T, U = workload.timesteps, workload.bins
-    one = _Ledger(1, T, policy.unit.w, cap)
-    kernel = _Schedule(policy, _Run(1, T, U, workload.truth, noise, one, unit, mech))
-    fresh_t: list[int] = []
-    fresh_e: list[int] = []
-    for t in range(T):
-        rows, eps = kernel.decide(t)
-        if rows.size:
-            one.spend(t, rows, eps)
-            fresh_t.append(t)
-            fresh_e.append(int(eps[0]))
-        one.end_step(t)
-    ts = np.asarray(fresh_t, dtype=np.int64)
-    es = np.asarray(fresh_e, dtype=np.int64)
-    table = np.zeros((runs, ts.size + 1, U))  # the last row: the all-zero placeholder (index -1)
-    for e in sorted(set(es.tolist())):  # np.unique's values and order (without importing numpy.ma, ~30 ms)
-        idx = np.flatnonzero(es == e)
-        scale = mech.scale(Fraction(e) * unit)
-        z = noise.laplace(np.arange(runs * idx.size), scale, U).reshape(runs, idx.size, U)
-        table[:, idx] = postprocess(post, workload.truth[ts[idx]][None] + z)
-    src_index = np.searchsorted(ts, np.arange(T), side="right") - 1  # the last fresh row at or before t
-    acc = _Metrics(workload, runs)
-    for lo in range(0, T, acc.block):
-        hi = min(T, lo + acc.block)
-        acc.buf[:, :hi - lo] = table[:, src_index[lo:hi]]
-        acc.filled = hi - lo
-        acc.flush()
-    if tick is not None:
-        tick(T * runs)
-    sources = np.where(src_index < 0, -1, ts[np.maximum(src_index, 0)]) if ts.size else np.full(T, -1)
-    fresh_units = np.zeros((runs, T), dtype=np.int64)
-    fresh_units[:, ts] = es
-    spent = float(Fraction(int(one.E.sum())) * unit)
-    window = float(Fraction(int(one.max[0])) * unit)
-    metrics = []
-    for r in range(runs):
-        m = acc.metrics(r)
-        m.update(fresh_releases=float(ts.size), epsilon_spent=spent, max_window_spend=window)
-        metrics.append(m)
-    return VectorResult(metrics, np.tile(sources, (runs, 1)), fresh_units, unit)

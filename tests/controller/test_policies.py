@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -12,8 +13,10 @@ from hypothesis import strategies as st
 
 from controller.accountant import WindowAccountant
 from controller.errors import ConfigurationError
+from controller.ledger import AccountantLedger, UnitLedger, charge_unit
 from controller.method import MethodSpec, build_engine
 from controller.pid import PIDController, PIDGains
+from controller.policies.base import RunsContext, RunsPolicy
 from controller.policies.sampling import DistanceSamplingPolicy, WEventSamplingPolicy
 from controller.units import UserLevel, WEvent
 from histogram.lpa import LaplaceMechanism
@@ -57,6 +60,11 @@ def test_conformance(unit, name, engine):
         assert isinstance(acct, WindowAccountant)
         assert acct.max_window_spend <= 1
     assert state.fresh_count == sum(r.kind == "fresh" for r in releases)
+    # the declared privacy map: every charge is a whole multiple of the charges' unit (the lab's
+    # UnitLedger counts in it and refuses anything else)
+    grid = charge_unit([engine.policy.unit.epsilon, *engine.policy.charges()])
+    charged = [e.epsilon for r in releases for e in r.ledger]
+    assert charged and all((eps / grid).denominator == 1 for eps in charged), (grid, set(charged))
 
 
 @pytest.mark.parametrize(("unit", "name", "engine"), CASES, ids=IDS)
@@ -340,3 +348,40 @@ def test_both_sampling_policies_check_their_parameters_alike(policy, unit, wrong
                        ({"burn_in": -1}, "burn_in")]:
         with pytest.raises(ConfigurationError, match=match):
             policy(**{**ok, **bad})
+
+
+RUNS_CASES = [(u, m, e) for u, m, e in CASES if isinstance(e.policy, RunsPolicy)]
+
+
+@pytest.mark.parametrize(("unit", "name", "engine"), RUNS_CASES, ids=[f"{u}-{m}" for u, m, _ in RUNS_CASES])
+def test_runs_axis_conformance(unit, name, engine):
+    """R runs of ``decide_runs`` decide and charge exactly as R single runs of the engine, on the
+    exact accountants and (w-event) on the unit ledger. The runs start from different ledgers (odd
+    runs carry an extra charge at timestep 0), so a decision that mixed up runs would show."""
+    policy, runs, timesteps = engine.policy, 4, 40
+    counts = stream(timesteps, seed=2)
+    extra = policy.charges()[0]
+    expected = []
+    for r in range(runs):
+        acct = policy.new_accountant()
+        if r % 2:
+            acct.spend(0, extra, "decision")
+        state = replace(engine.initial_state(), accountant=acct)
+        releases, _ = run(engine, counts, seed=r, state=state)
+        expected.append([(x.timestep, x.epsilon_release) for x in releases if x.kind == "fresh"])
+    assert any(expected[0] != e for e in expected[1:]) or name == "uniform" and unit == "user-level"
+    ledgers = [AccountantLedger([policy.new_accountant() for _ in range(runs)])]
+    if unit == "w-event":
+        ledgers.append(UnitLedger(policy.unit.epsilon, policy.unit.w, runs, timesteps, policy.charges()))
+    for ledger in ledgers:
+        odd = np.arange(1, runs, 2)
+        ledger.spend(0, odd, ledger.amount(extra), "decision")
+        state, fresh_count = policy.reset(), np.zeros(runs, dtype=np.int64)
+        got: list[list[tuple[int, Fraction]]] = [[] for _ in range(runs)]
+        for t in range(timesteps):
+            decision, state = policy.decide_runs(state, RunsContext(t, runs, ledger, fresh_count))
+            ledger.spend(t, decision.rows, decision.amounts, "publication")
+            fresh_count[decision.rows] += 1
+            for r, a in zip(decision.rows.tolist(), decision.amounts.tolist(), strict=True):
+                got[r].append((t, Fraction(a) * getattr(ledger, "unit", 1)))
+        assert got == expected, type(ledger).__name__

@@ -106,8 +106,8 @@ def test_the_equality_check_catches_a_kernel_with_the_wrong_decision_noise(metho
 
 def test_the_equality_check_catches_a_ledger_that_does_not_bound_the_window(monkeypatch):
     s, w = _small("dsat")
-    monkeypatch.setattr(vec._Ledger, "can", lambda self, t, amount: np.ones(self.E.shape[0], dtype=bool))
-    monkeypatch.setattr(vec._Ledger, "used", lambda self, t: np.zeros(self.E.shape[0], dtype=np.int64))
+    monkeypatch.setattr(vec.UnitLedger, "can_spend", lambda self, t, amount: np.ones(self.runs, dtype=bool))
+    monkeypatch.setattr(vec.UnitLedger, "used", lambda self, t: np.zeros(self.runs, dtype=np.int64))
     assert not _same_as_engine(s, w, 5, 3)
 
 
@@ -258,3 +258,20 @@ def test_schedule_path_makes_the_generic_kernels_decisions(method):
     assert np.array_equal(fast.fresh_units, generic.fresh_units)
     for key in ("fresh_releases", "epsilon_spent", "max_window_spend"):
         assert [m[key] for m in fast.metrics] == [m[key] for m in generic.metrics]
+
+
+def test_replayable_is_a_noise_source_of_the_one_run_path(monkeypatch):
+    """--replayable runs the same lab path with the engine's drawers: each run equals stepping the
+    engine with seed + r (what replay --seed seed+r publishes); the engine-stepping path is not used."""
+    s, w = _small("dsat")
+    workload = Workload.build(w.truth, s.domain().shape, queries=10, seed=2)
+    per_run = [ev.run_method(ev.check_methods(s, ["dsat"])["dsat"], workload, Randomness.seeded(2 + r)).metrics
+               for r in range(3)]
+
+    def engine_path(*args, **kwargs):
+        raise AssertionError("replayable evaluation stepped the engine path")
+
+    monkeypatch.setattr(ev, "run_method", engine_path)
+    got = ev.evaluate(s, w.truth, ["dsat"], runs=3, queries=10, seed=2, progress=False, replayable=True, jobs=1)
+    for key in ("mae", "fresh_releases", "epsilon_spent", "max_window_spend"):
+        assert got["methods"]["dsat"][key] == pytest.approx(np.mean([m[key] for m in per_run]), rel=1e-12), key

@@ -1,0 +1,233 @@
+"""Window ledgers over a runs axis: one interface, two implementations, one law.
+
+A policy stepping R independent runs at once asks its ledger, per run, whether a charge fits
+(:meth:`RunsLedger.can_spend` gives a boolean mask), and charges or stretches entries for a subset
+of runs (``rows``). Two ledgers implement the interface:
+
+* :class:`AccountantLedger` — R exact :class:`~controller.accountant.WindowAccountant`\\ s (``Fraction``
+  arithmetic). This is the service's authority (the service runs R = 1, on the engine state's own
+  accountant); its entries, labels and ``seq`` numbers are the journal's.
+* :class:`UnitLedger` — the same law in int64 whole multiples of one public unit, the largest
+  ``Fraction`` of which ε and every amount the policy declares (its ``charges()``, its privacy map)
+  is a whole multiple (:func:`charge_unit`). Sums and cap checks are exact integer operations, so
+  every answer equals the accountant's; the lab uses it for speed.
+
+Amounts are given in the ledger's own representation (:meth:`RunsLedger.amount`: a ``Fraction``
+for the accountant ledger, an ``int`` of units for the unit ledger), so a policy converts each
+declared charge once. ``tests/controller/test_ledger_law.py`` drives both with the same random
+spend/extend sequences and checks identical answers and identical state (:meth:`RunsLedger.view`).
+
+Window law (``docs/privacy.md`` §4): an entry spans ``[start, end]`` and counts in full in every
+window of ``w`` timesteps it touches; spends come in timestep order, so at timestep ``t`` the fullest
+window containing ``t`` is ``[t-w+1, t]`` and holds exactly the entries with ``end >= t-w+1``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from fractions import Fraction
+from typing import Any, Protocol
+
+import numpy as np
+
+from controller.accountant import WindowAccountant
+from controller.errors import InsufficientBudgetError
+
+__all__ = ["RunsLedger", "AccountantLedger", "UnitLedger", "LedgerView", "charge_unit"]
+
+#: per run: ``{end timestep: ε of the live entries ending there}``, total ε, max window ε
+LedgerView = tuple[dict[int, Fraction], Fraction, Fraction]
+
+
+def charge_unit(amounts: Iterable[Fraction]) -> Fraction:
+    """The largest ``Fraction`` of which every amount is a whole multiple (their rational gcd)."""
+    amounts = [Fraction(a) for a in amounts if a]
+    if not amounts:
+        raise ValueError("charge_unit needs at least one positive amount")
+    lcm = 1
+    for a in amounts:
+        lcm = lcm * a.denominator // math.gcd(lcm, a.denominator)
+    g = 0
+    for a in amounts:
+        g = math.gcd(g, a.numerator * (lcm // a.denominator))
+    return Fraction(g, lcm)
+
+
+class RunsLedger(Protocol):
+    """R window ledgers (one per run) with one budget ε and window w."""
+
+    runs: int
+    w: int
+
+    def amount(self, epsilon: Fraction) -> Any:
+        """``epsilon`` in this ledger's representation (raises if it is off the ledger's grid)."""
+        ...
+
+    def can_spend(self, t: int, amount: Any) -> np.ndarray:
+        """Per run: whether charging ``amount`` (one value, or one per run) at ``t`` keeps every window <= ε."""
+        ...
+
+    def spend(self, t: int, rows: np.ndarray, amount: Any, purpose: str) -> np.ndarray:
+        """Charge ``amount`` at ``t`` for each run in ``rows`` (raises before charging if any would
+        break the cap); returns one handle per row for :meth:`extend`."""
+        ...
+
+    def can_extend(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any) -> np.ndarray:
+        """Per row: whether stretching the entry ``handles[i]`` (of ``amount``) to ``t`` fits."""
+        ...
+
+    def extend(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any) -> np.ndarray:
+        """Stretch each entry to cover ``t``; returns the entries' new handles."""
+        ...
+
+    def view(self, t: int, run: int) -> LedgerView:
+        """Run ``run``'s ledger after timestep ``t`` in exact terms (what the law test compares)."""
+        ...
+
+
+class AccountantLedger:
+    """R exact ``Fraction`` accountants (the authority). Handles are ledger ``seq`` numbers.
+
+    Window accountants normally; a :class:`~controller.accountant.UserLevelAccountant` (one total
+    budget) also answers ``can_spend`` / ``spend`` (the service's user-level schedules use that)."""
+
+    def __init__(self, accountants: list[WindowAccountant]) -> None:
+        if not accountants:
+            raise ValueError("AccountantLedger needs at least one accountant")
+        self.accountants = accountants
+        self.runs = len(accountants)
+        self.w = getattr(accountants[0], "w", 0)  # a user-level accountant (one total) has no window
+        self.epsilon = accountants[0].epsilon
+
+    @classmethod
+    def fresh(cls, epsilon: Fraction, w: int, runs: int) -> AccountantLedger:
+        return cls([WindowAccountant(Fraction(epsilon), w) for _ in range(runs)])
+
+    def amount(self, epsilon: Fraction) -> Fraction:
+        return Fraction(epsilon)
+
+    @staticmethod
+    def _each(amount: Any, n: int) -> list[Fraction]:
+        if isinstance(amount, np.ndarray):
+            return [Fraction(a) for a in amount.tolist()]
+        return [Fraction(amount)] * n
+
+    def can_spend(self, t: int, amount: Any) -> np.ndarray:
+        amounts = self._each(amount, self.runs)
+        return np.array([a.can_spend(t, e) for a, e in zip(self.accountants, amounts, strict=True)], dtype=bool)
+
+    def spend(self, t: int, rows: np.ndarray, amount: Any, purpose: str) -> np.ndarray:
+        rows_l = np.asarray(rows).tolist()
+        amounts = self._each(amount, len(rows_l))
+        for r, e in zip(rows_l, amounts, strict=True):  # check all before charging any
+            if not self.accountants[r].can_spend(t, e):
+                raise InsufficientBudgetError(self.accountants[r].remaining(t), e, f"{purpose} at timestep {t}")
+        return np.array([self.accountants[r].spend(t, e, purpose).seq for r, e in zip(rows_l, amounts, strict=True)],
+                        dtype=np.int64)
+
+    def can_extend(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any) -> np.ndarray:
+        return np.array([self.accountants[r].can_extend(h, t)
+                         for r, h in zip(np.asarray(rows).tolist(), np.asarray(handles).tolist(), strict=True)],
+                        dtype=bool)
+
+    def extend(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any) -> np.ndarray:
+        out = [self.accountants[r].extend(h, t).seq
+               for r, h in zip(np.asarray(rows).tolist(), np.asarray(handles).tolist(), strict=True)]
+        return np.array(out, dtype=np.int64)
+
+    def view(self, t: int, run: int) -> LedgerView:
+        acct = self.accountants[run]
+        by_end: dict[int, Fraction] = {}
+        for e in acct.entries:
+            if e.end >= t - self.w + 1:
+                by_end[e.end] = by_end.get(e.end, Fraction(0)) + e.epsilon
+        return by_end, acct.spent, acct.max_window_spend
+
+
+class UnitLedger:
+    """R window ledgers in int64 whole units: ``E[r, e]`` is the ε of run r's entries ending at e.
+
+    Handles are the entries' end timesteps: stretching an entry moves its units to its new end. The
+    running window sum is kept exact (integers) and moved on by one column per timestep.
+    """
+
+    def __init__(self, epsilon: Fraction, w: int, runs: int, timesteps: int, charges: Iterable[Fraction]) -> None:
+        self.unit = charge_unit([Fraction(epsilon), *charges])
+        self.epsilon = Fraction(epsilon)
+        self.cap = int(self.epsilon / self.unit)
+        if self.cap * (timesteps + 2) >= 2**62:
+            raise ValueError("ε amounts too fine for an int64 unit ledger: use the AccountantLedger")
+        self.runs, self.w = runs, w
+        self.E = np.zeros((runs, timesteps), dtype=np.int64)
+        self.max = np.zeros(runs, dtype=np.int64)
+        self.total = np.zeros(runs, dtype=np.int64)
+        self._t = -1
+        self._used = np.zeros(runs, dtype=np.int64)  # the window ending at _t
+        self._amounts: dict[Fraction, int] = {}
+
+    def amount(self, epsilon: Fraction) -> int:
+        hit = self._amounts.get(epsilon)
+        if hit is not None:
+            return hit
+        q = Fraction(epsilon) / self.unit
+        if q.denominator != 1:
+            raise ValueError(f"ε = {epsilon} is not a whole multiple of the ledger's unit {self.unit}: "
+                             "the policy charged an amount its charges() does not declare")
+        self._amounts[epsilon] = int(q)
+        return int(q)
+
+    def used(self, t: int) -> np.ndarray:
+        """Units charged in the window ending at ``t``, per run (do not modify)."""
+        if t != self._t:
+            if t == self._t + 1:
+                if t >= self.w:
+                    self._used = self._used - self.E[:, t - self.w]
+            else:
+                self._used = self.E[:, max(0, t - self.w + 1):t + 1].sum(axis=1)
+            self._t = t
+        return self._used
+
+    def can_spend(self, t: int, amount: Any) -> np.ndarray:
+        return self.used(t) + amount <= self.cap
+
+    def spend(self, t: int, rows: np.ndarray, amount: Any, purpose: str) -> np.ndarray:
+        if not rows.size:
+            return rows
+        used = self.used(t)
+        new = used[rows] + amount
+        if new.max() > self.cap:
+            raise InsufficientBudgetError(Fraction(int(self.cap - used[rows].max())) * self.unit,
+                                          Fraction(int(np.max(amount))) * self.unit, f"{purpose} at timestep {t}")
+        used = used.copy()  # a new array: what callers read before stays as it was
+        self.E[rows, t] += amount
+        self.total[rows] += amount
+        used[rows] = new
+        self._used = used
+        self.max[rows] = np.maximum(self.max[rows], new)  # rows are distinct
+        return np.full(rows.size, t, dtype=np.int64)
+
+    def can_extend(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any) -> np.ndarray:
+        outside = handles < t - self.w + 1  # the entry would newly enter the window ending at t
+        return self.used(t)[rows] + np.where(outside, amount, 0) <= self.cap
+
+    def extend(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any) -> np.ndarray:
+        if not rows.size:
+            return handles
+        used = self.used(t)
+        new = used[rows] + np.where(handles < t - self.w + 1, amount, 0)  # entries newly in the window
+        if new.max() > self.cap:
+            raise InsufficientBudgetError(Fraction(0), Fraction(int(amount)) * self.unit, f"extending at timestep {t}")
+        used = used.copy()
+        self.E[rows, handles] -= amount  # an entry already ending at t moves onto itself
+        self.E[rows, t] += amount
+        used[rows] = new
+        self._used = used
+        self.max[rows] = np.maximum(self.max[rows], new)  # rows are distinct
+        return np.full(rows.size, t, dtype=np.int64)
+
+    def view(self, t: int, run: int) -> LedgerView:
+        row = self.E[run]
+        lo = max(0, t - self.w + 1)
+        by_end = {int(e): Fraction(int(row[e])) * self.unit for e in range(lo, t + 1) if row[e]}
+        return by_end, Fraction(int(self.total[run])) * self.unit, Fraction(int(self.max[run])) * self.unit
