@@ -11,6 +11,7 @@ both are released at D(0) + clock_skew + margin exactly, with that time as the r
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
@@ -23,6 +24,7 @@ import pytest
 import stream.service.loop as loop_mod
 from stream.config import ConfigError, load_settings
 from stream.service.http import Health
+from stream.service.logs import setup_logging
 from stream.service.metrics import Metrics
 from stream.service.schedule import PublishSchedule, record_timestamp_ms
 from stream.service.testing import (
@@ -303,15 +305,20 @@ def test_the_scale_out_releaser_keeps_the_same_schedule(tmp_path):
     ("on-schedule", "LogAppendTime", True), ("on-schedule", "CreateTime", False),
     ("on-schedule", None, False), ("when-complete", "LogAppendTime", False)])
 def test_an_output_topic_that_overwrites_the_scheduled_timestamp_is_said_once_started(
-        tmp_path, monkeypatch, caplog, publish, output_type, warned):
+        tmp_path, monkeypatch, publish, output_type, warned):
     """Under on-schedule each release is stamped S(c); an output topic with LogAppendTime replaces
     that with the append time. The service says so (one WARNING naming the fix, after the start can
     no longer fail) and still releases; it says nothing when the topic keeps CreateTime, when the
     cluster does not say (None: the embedded broker), or with when-complete."""
-    caplog.set_level(logging.WARNING)
-    out, _ = _run(monkeypatch, _settings(tmp_path, publish=publish), _timestep0(), output_type=output_type)
+    sink = io.StringIO()
+    setup_logging("WARNING", sink)  # the service's own JSON log lines (not caplog: the logger does not propagate)
+    try:
+        out, _ = _run(monkeypatch, _settings(tmp_path, publish=publish), _timestep0(), output_type=output_type)
+    finally:
+        logging.getLogger("dpstream").handlers.clear()
     assert len(out) == 1
-    said = [r for r in caplog.records if "message.timestamp.type=LogAppendTime" in r.getMessage()]
-    assert len(said) == (1 if warned else 0), [r.getMessage() for r in caplog.records]
+    lines = [json.loads(line) for line in sink.getvalue().splitlines()]
+    said = [d for d in lines if "message.timestamp.type=LogAppendTime" in d.get("event", "")]
+    assert len(said) == (1 if warned else 0), lines
     if warned:
-        assert "message.timestamp.type=CreateTime" in said[0].getMessage()
+        assert "message.timestamp.type=CreateTime" in said[0]["event"] and said[0]["level"] == "WARNING"
