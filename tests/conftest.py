@@ -1,8 +1,8 @@
 """Test-wide configuration. Hypothesis profiles (``HYPOTHESIS_PROFILE=nightly``): see :mod:`tests.profiles`."""
 
-import logging  # noqa: E402
+import logging
 
-import pytest  # noqa: E402
+import pytest
 
 import tests.profiles  # noqa: F401 - registers and loads the hypothesis profile
 
