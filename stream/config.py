@@ -58,7 +58,7 @@ from histogram.lpa import LaplaceMechanism
 from histogram.mechanism import Mechanism
 from histogram.noise import Randomness
 from histogram.personalized import BudgetLevels, PersonalBudgets, PersonalizedMechanism
-from histogram.postprocess import STATEFUL, PostProcessor, chain_text, parse_chain
+from histogram.postprocess import MODELS, STATEFUL, PostProcessor, chain_text, parse_chain
 
 __all__ = [
     "ConfigError", "Settings", "load_settings", "missing_files", "parse_duration", "format_duration",
@@ -451,6 +451,10 @@ class ReleaseSection(_Section):
     #: of ``nonnegative``, ``integer``, ``kalman``/``ewma`` applied left to right, written
     #: ``kalman+nonnegative`` or as a list; stored in that canonical text (``none``: as drawn)
     postprocess: str = "none"
+    #: ``k`` timesteps of publication delay: with a ``model`` step in ``postprocess`` the value of
+    #: timestep ``t`` is a fixed-lag smoother's, from the releases up to ``t + k`` (no ε;
+    #: evaluated by ``dpstream evaluate``; the service refuses it until it publishes late timesteps)
+    delay: int = Field(default=0, ge=0, le=64)
     pid: PIDSection = Field(default_factory=PIDSection)
     confidence: float = 0.95
     psd: dict[str, Any] = Field(default_factory=dict)
@@ -490,6 +494,9 @@ class ReleaseSection(_Section):
                 f"release.postprocess {smoothers[0]} smooths releases by their published noise, but "
                 f"release.decision {self.decision} already publishes filtered counts with no interval: "
                 "drop the smoother, or choose another decision method")
+        if self.delay and not any(s in MODELS for s in parse_chain(self.postprocess)):
+            raise ValueError(f"release.delay {self.delay} is the fixed-lag smoother of a model step: set "
+                             f"release.postprocess to model or model-perbin (now {self.postprocess}), or delay 0")
         return self
 
 
@@ -1038,7 +1045,8 @@ class Settings(BaseSettings):
         try:
             return PostProcessor.for_stream(self.release.postprocess, population=self.privacy.population,
                                             bins=self.domain().size,
-                                            contribution_bound=self.privacy.contribution_bound)
+                                            contribution_bound=self.privacy.contribution_bound,
+                                            delay=self.release.delay)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
 
