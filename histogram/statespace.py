@@ -22,7 +22,8 @@ The model, per bin ``j`` and timestep ``t``::
   ``shared`` (step ``model``): one shape for all bins, estimated from the released totals
   (a rank-one model of the released matrix: every bin follows the same daily cycle, so a quiet
   bin borrows the busy bins' shape); step ``model-perbin``: each bin's own shape.
-* ``Q`` is unknown: a bank of filters with ``Q = c · R₀`` for each ``c`` in :data:`RATIOS`
+* ``Q`` is unknown, and so is whether the season found is real: a bank of filters with
+  ``Q = c · R₀`` for each ``c`` in :data:`RATIOS`, each with the multiplier and without it
   (``R₀``: the first fresh release's mean noise variance) runs side by side, and the published
   level is their average weighted by each one's likelihood of the releases, discounted by
   :data:`FORGET` per fresh release (so a regime change shifts the weight within a few releases).
@@ -73,14 +74,15 @@ _FIELDS = ("t", "r0", "period", "x", "p", "loglik", "run", "hist", "hist_r", "la
 class ModelState:
     """The filter's arrays (functions of releases and public constants only).
 
-    Shapes with ``N`` rows (runs; 1 in the service), ``B`` bins, ``M = len(RATIOS)`` filters,
+    Shapes with ``N`` rows (runs; 1 in the service), ``B`` bins, ``M = 2·len(RATIOS)`` filters
+    (each ratio with the seasonal multiplier, then each without it),
     ``S`` shape series (1 shared, else ``B``), ``H = HISTORY`` and ``K = delay``:
     ``t`` (N,) timesteps since the first fresh release; ``r0`` (N,) its mean noise variance;
     ``period`` (N,) the chosen period (0: none); ``x``, ``p``, ``loglik`` (N, B, M) each
     filter's level, its variance and its discounted log-likelihood; ``run`` (N, B) the signed
     count of large innovations in a row; ``hist``, ``hist_r`` (N, S, H) the released series and
-    its noise variance (NaN where not fresh); ``lag_x``, ``lag_p`` (N, B, M, K) and ``lag_m``
-    (N, B, K) the last ``K`` filtered levels, variances and multipliers (fixed-lag smoothing).
+    its noise variance (NaN where not fresh); ``lag_x``, ``lag_p``, ``lag_m`` (N, B, M, K+1)
+    the last ``K + 1`` filtered levels, variances and multipliers (fixed-lag smoothing).
     """
 
     arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
@@ -117,7 +119,7 @@ class ModelFilter:
     def start(self, z: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, ModelState]:
         """The state after the first fresh release ``z`` (N, B) with noise variance ``r``."""
         n, b = z.shape
-        m, s, k = len(RATIOS), (1 if self.shared else b), self.delay
+        m, s, k = 2 * len(RATIOS), (1 if self.shared else b), self.delay
         hist = np.full((n, s, HISTORY), np.nan)
         hist_r = np.full((n, s, HISTORY), np.nan)
         hist[:, :, -1] = z.sum(axis=1, keepdims=True) if self.shared else z
@@ -129,7 +131,7 @@ class ModelFilter:
             "x": x, "p": p, "loglik": np.zeros((n, b, m)), "run": np.zeros((n, b)),
             "hist": hist, "hist_r": hist_r,
             "lag_x": np.repeat(x[..., None], k + 1, axis=3), "lag_p": np.repeat(p[..., None], k + 1, axis=3),
-            "lag_m": np.ones((n, b, k + 1)),
+            "lag_m": np.ones((n, b, m, k + 1)),
         }
         return z.copy(), ModelState(arrays)
 
@@ -145,11 +147,13 @@ class ModelFilter:
             a["period"] = _choose_period(a["hist"].sum(axis=1), a["hist_r"].sum(axis=1), t - 1)
         m = _multiplier(a["hist"], a["hist_r"], t, a["period"])  # (N, S)
         m = np.broadcast_to(m, (n, b)) if m.shape[1] == b else np.repeat(m, b, axis=1)
-        q = (np.asarray(RATIOS)[None, None, :] * a["r0"][:, None, None])  # (N, 1, M)
+        # the bank: each ratio with the seasonal multiplier and without (m = 1): the releases'
+        # likelihood decides whether the season found is worth following
+        mm = np.concatenate([np.repeat(m[:, :, None], len(RATIOS), axis=2), np.ones((n, b, len(RATIOS)))], axis=2)
+        q = _bank_q(a["r0"])  # (N, 1, 2M)
         x, p = a["x"], a["p"] + q  # predict
         if fresh:
             w = _weights(a["loglik"])
-            mm = m[:, :, None]
             s = mm * mm * p + r[:, :, None]
             nu = z[:, :, None] - mm * x
             mean_pred = (w * mm * x).sum(axis=2)
@@ -163,9 +167,9 @@ class ModelFilter:
             p = (1.0 - gain * mm) * p
             shift = np.abs(run) >= CHANGE_RUN
             if shift.any():
-                level = z / np.where(np.abs(m) > 1e-9, m, 1.0)
-                x = np.where(shift[:, :, None], level[:, :, None], x)
-                p = np.where(shift[:, :, None], (r / np.maximum(m * m, 1e-9))[:, :, None], p)
+                safe = np.where(np.abs(mm) > 1e-9, mm, 1.0)
+                x = np.where(shift[:, :, None], z[:, :, None] / safe, x)
+                p = np.where(shift[:, :, None], r[:, :, None] / safe ** 2, p)
                 a["loglik"] = np.where(shift[:, :, None], 0.0, a["loglik"])
                 # the smoother must not carry the new level back across the shift
                 a["lag_p"][..., -1] = np.where(shift[:, :, None], 0.0, a["lag_p"][..., -1])
@@ -181,18 +185,17 @@ class ModelFilter:
         w = _weights(a["loglik"])
         k = self.delay
         if k == 0:
-            return m * (w * x).sum(axis=2), ModelState(a)
+            return (w * mm * x).sum(axis=2), ModelState(a)
         # fixed lag: RTS backwards from t over the last k filtered levels of each filter
         a["lag_x"] = np.concatenate([a["lag_x"][..., 1:], x[..., None]], axis=3)
         a["lag_p"] = np.concatenate([a["lag_p"][..., 1:], p[..., None]], axis=3)
-        a["lag_m"] = np.concatenate([a["lag_m"][..., 1:], np.array(m)[..., None]], axis=2)
+        a["lag_m"] = np.concatenate([a["lag_m"][..., 1:], mm[..., None]], axis=3)
         return _smoothed(a["lag_x"], a["lag_p"], a["lag_m"], q, w)[..., 0], ModelState(a)
 
     def pending(self, state: ModelState) -> np.ndarray:
         """With a delay ``k``: the estimates (N, B, k) of the last ``k`` timesteps stepped, not yet
         published, each smoothed with the releases there are (the end of a finite stream)."""
-        q = np.asarray(RATIOS)[None, None, :] * state["r0"][:, None, None]
-        out = _smoothed(state["lag_x"], state["lag_p"], state["lag_m"], q, _weights(state["loglik"]))
+        out = _smoothed(state["lag_x"], state["lag_p"], state["lag_m"], _bank_q(state["r0"]), _weights(state["loglik"]))
         return out[..., 1:]
 
 
@@ -200,14 +203,20 @@ def _smoothed(lag_x: np.ndarray, lag_p: np.ndarray, lag_m: np.ndarray, q: np.nda
     """Rauch–Tung–Striebel over the lag buffer (random-walk levels: the prediction of ``i + 1`` is
     level ``i`` with variance ``P_i + Q``): the smoothed estimates (N, B, k+1), weighted over the bank."""
     k1 = lag_x.shape[-1]
-    out = np.empty(lag_m.shape)
+    out = np.empty(lag_x.shape[:2] + (k1,))
     xs = lag_x[..., k1 - 1]
-    out[..., k1 - 1] = lag_m[..., k1 - 1] * (w * xs).sum(axis=2)
+    out[..., k1 - 1] = (w * lag_m[..., k1 - 1] * xs).sum(axis=2)
     for i in range(k1 - 2, -1, -1):
         pf = lag_p[..., i]
         xs = lag_x[..., i] + pf / (pf + q) * (xs - lag_x[..., i])
-        out[..., i] = lag_m[..., i] * (w * xs).sum(axis=2)
+        out[..., i] = (w * lag_m[..., i] * xs).sum(axis=2)
     return out
+
+
+def _bank_q(r0: np.ndarray) -> np.ndarray:
+    """The bank's process variances (N, 1, 2M): each ratio of :data:`RATIOS` times ``R₀``, twice
+    (seasonal filters first, then the flat ones)."""
+    return np.tile(np.asarray(RATIOS), 2)[None, None, :] * r0[:, None, None]
 
 
 def _weights(loglik: np.ndarray) -> np.ndarray:
