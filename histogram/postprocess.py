@@ -25,6 +25,11 @@ YAML list ``[a, b]``); ``none`` is the empty chain. The steps:
   the expected change of a bin per timestep as a share of its even share of the population.
   No interval is claimed for the filtered counts (the half-width becomes infinite, published
   ``null``).
+* ``model`` / ``model-perbin``: a structural state-space filter (:mod:`histogram.statespace`):
+  level × seasonal shape (the period found from the releases; one shape shared by all bins, or
+  one per bin), the process variance chosen by the releases' likelihood from a bank of filters,
+  a change detector on the innovations for level shifts, and with ``release.delay: k`` a
+  fixed-lag smoother (the value for ``t`` uses the releases up to ``t + k``). No interval.
 * ``ewma``: exponential smoothing of the fresh releases, ``s ← s + α(z − s)``, with α the
   steady-state gain of the same Kalman filter for the first fresh release's noise
   (``α = (−Q + sqrt(Q² + 4QR)) / (2R)``); republished timesteps keep ``s``. No interval.
@@ -44,10 +49,13 @@ from typing import Any
 
 import numpy as np
 
+from histogram.statespace import ModelFilter, ModelState, state_arrays, state_from_arrays
+
 __all__ = [
     "POSTPROCESSORS",
     "STATEFUL",
     "PROCESS_SHARE",
+    "MODELS",
     "PostProcessor",
     "PostState",
     "Processed",
@@ -58,10 +66,13 @@ __all__ = [
 ]
 
 #: Steps accepted in ``release.postprocess`` (``none`` is the empty chain).
-POSTPROCESSORS: tuple[str, ...] = ("none", "nonnegative", "integer", "kalman", "ewma")
+POSTPROCESSORS: tuple[str, ...] = ("none", "nonnegative", "integer", "kalman", "ewma", "model", "model-perbin")
 
 #: Steps that carry state from one timestep to the next (temporal smoothing).
-STATEFUL: frozenset[str] = frozenset({"kalman", "ewma"})
+STATEFUL: frozenset[str] = frozenset({"kalman", "ewma", "model", "model-perbin"})
+
+#: The structural filters (:mod:`histogram.statespace`); only they take ``release.delay``.
+MODELS: frozenset[str] = frozenset({"model", "model-perbin"})
 
 #: ``q``: the smoothers' process sd per timestep as a share of a bin's even share of the
 #: declared population (``docs/results.md`` "Temporal smoothing" says how it was chosen).
@@ -90,7 +101,8 @@ def parse_chain(value: str | Iterable[str] | None) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise ValueError(f"post-processing chain {'+'.join(names)!r} lists a step twice")
     if len([s for s in names if s in STATEFUL]) > 1:
-        raise ValueError(f"post-processing chain {'+'.join(names)!r} has two smoothers: choose kalman or ewma")
+        raise ValueError(f"post-processing chain {'+'.join(names)!r} has two smoothers: choose one of "
+                         f"{', '.join(sorted(STATEFUL))}")
     return tuple(names)
 
 
@@ -166,15 +178,18 @@ class PostState:
     Attributes:
         estimate: the filtered counts per bin (None before the first fresh release).
         variance: Kalman: the estimate's variance per bin; EWMA: the weight α (one value).
+        model: the structural filter's state (:class:`histogram.statespace.ModelState`).
     """
 
     estimate: np.ndarray | None = None
     variance: np.ndarray | None = None
+    model: ModelState | None = None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PostState):
             return NotImplemented
-        return _same(self.estimate, other.estimate) and _same(self.variance, other.variance)
+        return (_same(self.estimate, other.estimate) and _same(self.variance, other.variance)
+                and self.model == other.model)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -207,19 +222,27 @@ class PostProcessor:
     Attributes:
         chain: the steps, applied left to right (:func:`parse_chain`).
         process_sd: ``sqrt(Q)`` of the smoothers, in counts per bin per timestep (public).
+        delay: ``release.delay``: with a ``model`` step, :meth:`apply` at timestep ``t`` returns
+            the published counts of timestep ``t − delay`` (fixed-lag smoothing); 0 otherwise.
     """
 
     chain: tuple[str, ...] = ()
     process_sd: float = 1.0
+    delay: int = 0
 
     def __post_init__(self) -> None:
         parse_chain(self.chain)
+        if self.delay and not any(s in MODELS for s in self.chain):
+            raise ValueError(f"release.delay {self.delay} needs a model step in release.postprocess "
+                             f"(model or model-perbin: the fixed-lag smoother); got {self.text}")
+        if self.delay:
+            ModelFilter(delay=self.delay)  # range check
         if not (math.isfinite(self.process_sd) and self.process_sd > 0):
             raise ValueError(f"the smoothers' process sd must be a positive number of counts, got {self.process_sd}")
 
     @classmethod
     def for_stream(cls, chain: str | Iterable[str], *, population: int | None, bins: int,
-                   contribution_bound: int = 1, share: float | None = None) -> PostProcessor:
+                   contribution_bound: int = 1, share: float | None = None, delay: int = 0) -> PostProcessor:
         """The chain with ``process_sd = share · k · n / bins`` (all public; ``share`` defaults to
         :data:`PROCESS_SHARE`).
 
@@ -227,11 +250,11 @@ class PostProcessor:
             ValueError: a smoother without a declared population.
         """
         steps = parse_chain(chain)
-        if any(s in STATEFUL for s in steps) and not population:
+        if any(s in STATEFUL - MODELS for s in steps) and not population:
             raise ValueError(f"release.postprocess {chain_text(steps)} needs privacy.population (the declared, "
                              "public population sets how fast the smoother lets a count move); declare it")
         per_bin = contribution_bound * (population or bins) / max(1, bins)
-        return cls(steps, max((PROCESS_SHARE if share is None else share) * per_bin, 1e-6))
+        return cls(steps, max((PROCESS_SHARE if share is None else share) * per_bin, 1e-6), delay)
 
     @property
     def text(self) -> str:
@@ -250,6 +273,8 @@ class PostProcessor:
 
         ``counts``/``half_width``: the engine's release (any leading axes, bins last: the lab
         passes all runs at once); ``fresh``: whether new noise was drawn for this timestep.
+        With a :attr:`delay` ``k`` the result is timestep ``t − k``'s (the first ``k`` calls
+        after the first fresh release return that release: the placeholder of timesteps before it).
         """
         arr = np.asarray(counts)
         width = np.broadcast_to(np.asarray(half_width, dtype=np.float64), arr.shape)
@@ -269,6 +294,8 @@ class PostProcessor:
     def _smooth(self, step: str, state: PostState, z: np.ndarray, width: np.ndarray, confidence: float,
                 fresh: bool) -> tuple[np.ndarray, PostState]:
         z = np.asarray(z, dtype=np.float64)
+        if step in MODELS:
+            return self._model(step, state, z, width, confidence, fresh)
         q = self.process_sd ** 2
         if state.estimate is None:
             if not fresh:
@@ -292,11 +319,37 @@ class PostProcessor:
             p = (1.0 - gain) * p
         return x.copy(), PostState(x, p)
 
+    def _model(self, step: str, state: PostState, z: np.ndarray, width: np.ndarray, confidence: float,
+               fresh: bool) -> tuple[np.ndarray, PostState]:
+        filt = ModelFilter(shared=step == "model", delay=self.delay)
+        shape = z.shape
+        rows = z.reshape(-1, shape[-1])
+        if state.model is None:
+            if not fresh:
+                return z, state
+            out, model = filt.start(rows, noise_variance(width, confidence).reshape(rows.shape))
+        else:
+            r = noise_variance(width, confidence).reshape(rows.shape) if fresh else np.zeros(rows.shape)
+            out, model = filt.step(state.model, rows, r, fresh)
+        return out.reshape(shape), PostState(model=model)
+
+    def pending(self, state: PostState, shape: tuple[int, ...]) -> np.ndarray | None:
+        """With a delay ``k``: the counts (``k`` first, then ``shape``: the releases' shape) of the
+        last ``k`` timesteps not yet published, smoothed with the releases there are (the end of a
+        finite stream); None without a delay or before the first fresh release."""
+        if not self.delay or state.model is None:
+            return None
+        out = ModelFilter(shared="model" in self.chain, delay=self.delay).pending(state.model)
+        return np.moveaxis(out, -1, 0).reshape((self.delay, *shape))
+
     # -- snapshots --------------------------------------------------------------
     def state_to_json(self, state: PostState) -> dict[str, Any]:
         """JSON-ready, exact (the float64 bytes, base64) so a restored filter continues bit for bit."""
-        return {"version": _STATE_VERSION, "chain": self.text, "estimate": _encode(state.estimate),
-                "variance": _encode(state.variance)}
+        out: dict[str, Any] = {"version": _STATE_VERSION, "chain": self.text, "estimate": _encode(state.estimate),
+                               "variance": _encode(state.variance)}
+        if state.model is not None:
+            out["model"] = {k: {"shape": list(v.shape), "data": _encode(v)} for k, v in state_arrays(state.model).items()}
+        return out
 
     def state_from_json(self, data: Mapping[str, Any], bins: int) -> PostState:
         """Rebuild :meth:`state_to_json`'s state.
@@ -308,6 +361,16 @@ class PostProcessor:
             raise ValueError("unsupported post-processing state")
         if data.get("chain") != self.text:
             raise ValueError(f"post-processing state is for {data.get('chain')!r}, this stream runs {self.text!r}")
+        if any(s in MODELS for s in self.chain):
+            model = data.get("model")
+            if model is None:
+                return PostState()
+            try:
+                arrays = {k: np.frombuffer(base64.b64decode(v["data"], validate=True), dtype="<f8")
+                          .astype(np.float64).reshape(v["shape"]) for k, v in model.items()}
+                return PostState(model=state_from_arrays(arrays))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise ValueError(f"post-processing model state is broken: {exc}") from None
         est = _decode(data.get("estimate"), bins)
         var = _decode(data.get("variance"), bins)
         if (est is None) != (var is None) or (est is not None and est.size != bins):

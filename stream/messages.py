@@ -93,14 +93,15 @@ class MethodInfo(_Model):
     """How the release was made.
 
     ``postprocess`` (schema version 2): the post-processing steps applied to the released counts,
-    in order (``release.postprocess``: nonnegative, integer, kalman, ewma; ``docs/privacy.md``
+    in order (``release.postprocess``: nonnegative, integer, kalman, ewma, model, model-perbin;
+    ``docs/privacy.md``
     §2.3.1); absent when the counts are published as the mechanism drew them (version 1).
     """
 
     decision: str
     mechanism: Literal["lpa", "psd"]
     unit: Literal["user-level", "w-event"]
-    postprocess: list[Literal["nonnegative", "integer", "kalman", "ewma"]] | None = Field(
+    postprocess: list[Literal["nonnegative", "integer", "kalman", "ewma", "model", "model-perbin"]] | None = Field(
         default=None, description="post-processing applied to the counts, in order (schema version 2); "
                                   "absent: none")
 
@@ -116,7 +117,7 @@ class Accuracy(_Model):
     placeholder: ``half_width`` null, ``confidence`` 0, ``source_timestep``
     null. After post-processing (``method.postprocess``) the width is the
     post-processed counts' own: unchanged by ``nonnegative``, one more after
-    ``integer``, null (no interval claimed) after ``kalman`` or ``ewma``,
+    ``integer``, null (no interval claimed) after a smoother (``kalman``, ``ewma``, ``model``),
     whose counts combine every release up to ``source_timestep``.
     """
 

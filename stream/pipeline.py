@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from controller.errors import StateError
+from controller.errors import ConfigurationError, StateError
 from controller.personal import PersonalState
 from controller.step import Engine, EngineState, Release
 from histogram.noise import Randomness
@@ -235,6 +235,10 @@ class ReleasePipeline:
         self.grid = Grid.from_settings(settings)
         self.messages = MessageBuilder(settings)
         self.post: PostProcessor = self.messages.post
+        if self.post.delay:
+            raise ConfigurationError(
+                f"release.delay {self.post.delay}: the service does not publish delayed timesteps yet (the "
+                "fixed-lag smoother is evaluated by dpstream evaluate); set release.delay: 0 to run")
         self.key = self.stream_id.encode()
         self.step_hook = step_hook
         self.recall = recall

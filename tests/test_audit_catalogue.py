@@ -17,10 +17,12 @@ import importlib
 import importlib.util
 import typing
 
+import numpy as np
 import pytest
 
 from controller.method import METHODS
-from stream.config import PersonalSection, ReleaseSection
+from histogram.postprocess import STATEFUL
+from stream.config import PersonalSection, ReleaseSection, Settings
 from tests.dp_audit import CATALOGUE, AuditEntry
 
 
@@ -91,3 +93,55 @@ def test_catalogue_check_is_not_vacuous(monkeypatch):
     monkeypatch.setitem(globals(), "METHODS", method.METHODS)
     with pytest.raises(AssertionError, match="new-method"):
         test_every_shipped_mechanism_has_an_audit()
+
+
+# ---------------------------------------------------------------------------
+# Post-processing filters read releases and public configuration only (issue 30)
+
+
+def _smoothed_outputs(steps: str, truth: np.ndarray, shift: np.ndarray, leak: bool = False) -> list[bytes]:
+    """Step the engine (uniform, LPA, w-event) on ``truth`` with seeded noise minus ``shift``
+    (the coupling that makes a neighbour's releases equal D's) and post-process with ``steps``;
+    ``leak``: a broken filter that also reads the true counts."""
+    from histogram.noise import Randomness
+
+    settings = Settings(**{
+        "stream": {"id": "audit-filters", "timestep": "1h", "start": "2024-01-01T00:00:00+00:00"},
+        "schema": {"attributes": [{"name": "bin", "kind": "numeric", "min": 0, "max": 3, "bins": 3}]},
+        "privacy": {"epsilon": 1.0, "unit": "w-event", "w": 5, "population": 300, "cutoff": 1},
+        "release": {"decision": "uniform", "postprocess": steps},
+    }).validate_all()
+    engine, post, rnd = settings.engine(), settings.postprocessor(), Randomness.seeded(7)
+    state, post_state, outs = engine.initial_state(), post.initial(), []
+
+    class Coupled:
+        def __init__(self, inner, delta):  # type: ignore[no-untyped-def]
+            self.inner, self.delta = inner, delta
+
+        def discrete_laplace(self, scale, size=None):  # type: ignore[no-untyped-def]
+            return np.asarray(self.inner.discrete_laplace(scale, size)) - self.delta
+
+    for t in range(truth.shape[0]):
+        release, state = engine.step(state, truth[t], Coupled(rnd.drawer("audit-filters", t, "release"), shift[t]))
+        if release.source_timestep is None:
+            continue
+        counts = np.asarray(release.counts, dtype=np.float64) + (0.5 * truth[t] if leak else 0.0)
+        out, post_state = post.apply(post_state, counts, release.half_width, release.confidence,
+                                     release.kind == "fresh")
+        outs.append(np.asarray(out.counts, dtype=np.float64).tobytes())
+    return outs
+
+
+@pytest.mark.parametrize("steps", sorted({*STATEFUL, "model+nonnegative", "model-perbin+integer"}))
+def test_each_filter_gives_neighbours_with_the_same_recorded_noise_the_same_output(steps):
+    """D and D' differ by one person in one bin at one timestep; D' draws D's noise shifted by
+    that difference, so the engine's releases are equal and a filter of releases only must publish
+    the same bytes. The broken variant (a filter that also reads the true counts) is caught."""
+    rng = np.random.default_rng(3)
+    truth = rng.integers(20, 80, (60, 3)).astype(np.int64)
+    neighbour, shift = truth.copy(), np.zeros_like(truth)
+    neighbour[30, 1] += 1
+    shift[30, 1] = 1  # D' draws noise - 1 there: the same release
+    assert _smoothed_outputs(steps, truth, np.zeros_like(truth)) == _smoothed_outputs(steps, neighbour, shift)
+    assert (_smoothed_outputs(steps, truth, np.zeros_like(truth), leak=True)
+            != _smoothed_outputs(steps, neighbour, shift, leak=True))

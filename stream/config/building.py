@@ -204,7 +204,8 @@ def postprocessor(settings: SettingsView) -> PostProcessor:
     try:
         return PostProcessor.for_stream(settings.release.postprocess, population=settings.privacy.population,
                                         bins=domain(settings).size,
-                                        contribution_bound=settings.privacy.contribution_bound)
+                                        contribution_bound=settings.privacy.contribution_bound,
+                                        delay=settings.release.delay)
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
 

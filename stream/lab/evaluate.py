@@ -126,7 +126,8 @@ DATA_INDEPENDENT: frozenset[str] = frozenset({"uniform", "fixed", "sample"})
 
 def fast_eligible(settings: Settings) -> bool:
     """Whether :func:`run_fast` applies: a data-independent decision method with LPA."""
-    return settings.release.decision in DATA_INDEPENDENT and settings.release.mechanism == "lpa"
+    return (settings.release.decision in DATA_INDEPENDENT and settings.release.mechanism == "lpa"
+            and not settings.release.delay)
 
 
 def run_fast(

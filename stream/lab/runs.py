@@ -116,6 +116,11 @@ def run_method(
             epsilons[t] = release.epsilon_release
         if src is None:
             acc.add(t, placeholder)
+        elif post.delay:  # release.delay: this call gives timestep t - delay's counts (fixed lag)
+            out, post_state = post.apply(post_state, release.counts, release.half_width, release.confidence,
+                                         release.kind == "fresh")
+            if t - post.delay >= 0 and sources[t - post.delay] is not None:
+                acc.add(t - post.delay, out.counts)
         else:
             out, post_state = post.apply(post_state, release.counts, release.half_width, release.confidence,
                                          release.kind == "fresh")
@@ -129,6 +134,11 @@ def run_method(
             pending = 0
     if tick is not None and pending:
         tick(pending)
+    tail = post.pending(post_state, np.shape(release.counts)) if release is not None else None
+    for j, counts in enumerate([] if tail is None else tail):  # the last `delay` timesteps, smoothed as far as they go
+        t = workload.timesteps - post.delay + j
+        if t >= 0 and sources[t] is not None:
+            acc.add(t, counts)
     metrics = acc.metrics()[0]
     metrics["fresh_releases"] = float(release.fresh_count) if release else 0.0
     metrics["epsilon_spent"] = _frac_float(release.epsilon_spent if release else None)

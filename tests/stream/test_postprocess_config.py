@@ -31,3 +31,38 @@ def test_text_and_list_forms_are_the_same_configuration():
 def test_bad_chains_are_refused_with_what_to_do(overrides, message):
     with pytest.raises((ConfigError, ValueError), match=message):
         small_settings(**overrides).validate_all()
+
+
+def test_release_delay_goes_with_a_model_step_and_the_service_refuses_it_for_now():
+    from controller.errors import ConfigurationError
+    from stream.pipeline import ReleasePipeline
+
+    with pytest.raises((ConfigError, ValueError), match="fixed-lag smoother of a model step"):
+        small_settings(release={"postprocess": "kalman", "delay": 1}, privacy={"population": 100}).validate_all()
+    with pytest.raises((ConfigError, ValueError), match="less than or equal to 64"):
+        small_settings(release={"postprocess": "model", "delay": 65}).validate_all()
+    s = small_settings(release={"postprocess": "model+nonnegative", "delay": 2}).validate_all()
+    assert s.postprocessor().delay == 2
+    assert s.fingerprint() != small_settings(release={"postprocess": "model+nonnegative"}).validate_all().fingerprint()
+    with pytest.raises(ConfigurationError, match="does not publish delayed timesteps yet"):
+        ReleasePipeline(s)
+    ReleasePipeline(small_settings(release={"postprocess": "model+nonnegative"}).validate_all())  # no delay: runs
+
+
+def test_the_lab_scores_a_delayed_release_against_the_timestep_it_is_for():
+    """``run_method`` with ``release.delay: k`` scores each output against timestep ``t − k``:
+    on a constant stream a smoother's delayed output is near the truth; scored against the wrong
+    timestep of a jumping stream it would not be (the jump would count k times over)."""
+    import numpy as np
+
+    from histogram.noise import Randomness
+    from stream.lab.evaluate import run_method
+    from stream.lab.metrics import Workload
+
+    s = small_settings(privacy={"epsilon": 50.0}, release={"decision": "uniform", "postprocess": "model",
+                                                          "delay": 3}).validate_all()
+    bins = s.domain().size
+    truth = np.where(np.arange(80) < 40, 10, 400)[:, None] * np.ones((1, bins), dtype=np.int64)
+    workload = Workload(truth.astype(np.int64), (bins,), None, None)
+    delayed = run_method(s, workload, Randomness.seeded(1)).metrics["mae"]
+    assert delayed < 5.0, delayed

@@ -12,7 +12,7 @@ from pydantic import (
 )
 
 from controller.method import METHODS
-from histogram.postprocess import STATEFUL, chain_text, parse_chain
+from histogram.postprocess import MODELS, STATEFUL, chain_text, parse_chain
 from stream.config.values import Exact, Section
 
 
@@ -102,6 +102,10 @@ class ReleaseSection(Section):
     #: of ``nonnegative``, ``integer``, ``kalman``/``ewma`` applied left to right, written
     #: ``kalman+nonnegative`` or as a list; stored in that canonical text (``none``: as drawn)
     postprocess: str = "none"
+    #: ``k`` timesteps of publication delay: with a ``model`` step in ``postprocess`` the value of
+    #: timestep ``t`` is a fixed-lag smoother's, from the releases up to ``t + k`` (no ε;
+    #: evaluated by ``dpstream evaluate``; the service refuses it until it publishes late timesteps)
+    delay: int = Field(default=0, ge=0, le=64)
     pid: PIDSection = Field(default_factory=PIDSection)
     confidence: float = 0.95
     psd: dict[str, Any] = Field(default_factory=dict)
@@ -141,6 +145,9 @@ class ReleaseSection(Section):
                 f"release.postprocess {smoothers[0]} smooths releases by their published noise, but "
                 f"release.decision {self.decision} already publishes filtered counts with no interval: "
                 "drop the smoother, or choose another decision method")
+        if self.delay and not any(s in MODELS for s in parse_chain(self.postprocess)):
+            raise ValueError(f"release.delay {self.delay} is the fixed-lag smoother of a model step: set "
+                             f"release.postprocess to model or model-perbin (now {self.postprocess}), or delay 0")
         return self
 
 

@@ -1,0 +1,328 @@
+"""A structural state-space filter of released counts (``release.postprocess: model``).
+
+Post-processing (Dwork & Roth Prop. 2.1): every value here is a function of earlier releases
+(their counts, their published half-widths, whether they were fresh) and public constants; no
+event, true count or noise value is read. ``docs/privacy.md`` §2.3.1 has the argument.
+
+The model, per bin ``j`` and timestep ``t``::
+
+    x[t, j] = m[t] · ℓ[t, j]          (what is estimated and published)
+    ℓ[t, j] = ℓ[t−1, j] + N(0, Q)     (a level that wanders: trends, random walks)
+    z[t, j] = x[t, j] + e[t, j],  Var e = R[t, j]   (a fresh release; republished ones add nothing)
+
+* ``R`` is each fresh release's own noise variance, from its published interval
+  (:func:`histogram.postprocess.noise_variance`), so a release at a small ε counts for less.
+* ``m`` is a seasonal multiplier (mean 1 over a period). Its period is found from the
+  releases: the released totals over the last :data:`HISTORY` timesteps are divided by their
+  moving average over a candidate period, the ratios averaged per phase, and the variance of
+  those phase means beyond what the releases' noise explains is the period's signal; the
+  smallest period with at least :data:`PERIOD_TOLERANCE` of the best signal wins, if that signal
+  is significant (more than :data:`SIGNIFICANCE` times the noise's share), else there is no
+  season (``m = 1``). Each phase mean is shrunk towards 1 by its signal-to-noise ratio.
+  ``shared`` (step ``model``): one shape for all bins, estimated from the released totals
+  (a rank-one model of the released matrix: every bin follows the same daily cycle, so a quiet
+  bin borrows the busy bins' shape); step ``model-perbin``: each bin's own shape.
+* ``Q`` is unknown, and so is whether the season found is real: a bank of filters with
+  ``Q = c · R₀`` for each ``c`` in :data:`RATIOS`, each with the multiplier and without it
+  (``R₀``: the first fresh release's mean noise variance) runs side by side, and the published
+  level is their average weighted by each one's likelihood of the releases, discounted by
+  :data:`FORGET` per fresh release (so a regime change shifts the weight within a few releases).
+* Level shifts: when the standardized innovation of the weighted prediction exceeds
+  :data:`CHANGE_Z` with the same sign on :data:`CHANGE_RUN` fresh releases in a row, the bin's
+  level restarts from the last release (variance ``R``) and the bank's weights reset. So a
+  jump of more than about ``CHANGE_Z`` noise sds is followed within ``CHANGE_RUN`` fresh
+  releases (``docs/results.md`` "Model-based post-processing" measures it).
+* ``delay`` (``release.delay: k``): a fixed-lag smoother: the value published for ``t`` is the
+  Rauch–Tung–Striebel smoothed level using the releases up to ``t + k``.
+
+All state is float64 arrays (:class:`ModelState`), journaled exactly with the engine state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["ModelFilter", "ModelState", "RATIOS", "HISTORY", "PERIOD_MAX"]
+
+#: Candidate process-to-noise variance ratios ``Q / R₀`` of the filter bank.
+RATIOS: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+#: Discount of each filter's log-likelihood per fresh release.
+FORGET = 0.95
+#: Standardized innovation beyond which a release counts towards a level shift.
+CHANGE_Z = 3.5
+#: Fresh releases in a row beyond :data:`CHANGE_Z` (same sign) that restart a bin's level.
+CHANGE_RUN = 2
+#: Longest seasonal period looked for, in timesteps.
+PERIOD_MAX = 48
+#: Released timesteps kept for the seasonal shape (six of the longest periods).
+HISTORY = 6 * PERIOD_MAX
+#: A period is chosen when its signal is this share of the best one (prefers the fundamental).
+PERIOD_TOLERANCE = 0.8
+#: The best period's signal variance must exceed this multiple of its phase means' noise variance.
+SIGNIFICANCE = 1.0
+#: The period is re-chosen every this many timesteps (it is kept in the state in between).
+PERIOD_EVERY = 8
+
+_FIELDS = ("t", "r0", "period", "x", "p", "loglik", "run", "hist", "hist_r", "lag_x", "lag_p", "lag_m")
+
+
+@dataclass(frozen=True, eq=False)
+class ModelState:
+    """The filter's arrays (functions of releases and public constants only).
+
+    Shapes with ``N`` rows (runs; 1 in the service), ``B`` bins, ``M = 2·len(RATIOS)`` filters
+    (each ratio with the seasonal multiplier, then each without it),
+    ``S`` shape series (1 shared, else ``B``), ``H = HISTORY`` and ``K = delay``:
+    ``t`` (N,) timesteps since the first fresh release; ``r0`` (N,) its mean noise variance;
+    ``period`` (N,) the chosen period (0: none); ``x``, ``p``, ``loglik`` (N, B, M) each
+    filter's level, its variance and its discounted log-likelihood; ``run`` (N, B) the signed
+    count of large innovations in a row; ``hist``, ``hist_r`` (N, S, H) the released series and
+    its noise variance (NaN where not fresh); ``lag_x``, ``lag_p``, ``lag_m`` (N, B, M, K+1)
+    the last ``K + 1`` filtered levels, variances and multipliers (fixed-lag smoothing).
+    """
+
+    arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.arrays[key]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ModelState):
+            return NotImplemented
+        a, b = self.arrays, other.arrays
+        return a.keys() == b.keys() and all(a[k].shape == b[k].shape and a[k].tobytes() == b[k].tobytes()
+                                            for k in a)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class ModelFilter:
+    """The filter with its public settings.
+
+    Attributes:
+        shared: one seasonal shape for all bins (from the released totals) or one per bin.
+        delay: ``k`` of the fixed-lag smoother (0: publish the filtered value at once).
+    """
+
+    shared: bool = True
+    delay: int = 0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.delay, int) and 0 <= self.delay <= 64):
+            raise ValueError(f"release.delay must be a whole number of timesteps in 0..64, got {self.delay!r}")
+
+    def start(self, z: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, ModelState]:
+        """The state after the first fresh release ``z`` (N, B) with noise variance ``r``."""
+        n, b = z.shape
+        m, s, k = 2 * len(RATIOS), (1 if self.shared else b), self.delay
+        hist = np.full((n, s, HISTORY), np.nan)
+        hist_r = np.full((n, s, HISTORY), np.nan)
+        hist[:, :, -1] = z.sum(axis=1, keepdims=True) if self.shared else z
+        hist_r[:, :, -1] = r.sum(axis=1, keepdims=True) if self.shared else r
+        x = np.repeat(z[:, :, None], m, axis=2)
+        p = np.repeat(r[:, :, None], m, axis=2)
+        arrays = {
+            "t": np.zeros(n), "r0": r.mean(axis=1), "period": np.zeros(n),
+            "x": x, "p": p, "loglik": np.zeros((n, b, m)), "run": np.zeros((n, b)),
+            "hist": hist, "hist_r": hist_r,
+            "lag_x": np.repeat(x[..., None], k + 1, axis=3), "lag_p": np.repeat(p[..., None], k + 1, axis=3),
+            "lag_m": np.ones((n, b, m, k + 1)),
+        }
+        return z.copy(), ModelState(arrays)
+
+    def step(self, state: ModelState, z: np.ndarray, r: np.ndarray, fresh: bool) -> tuple[np.ndarray, ModelState]:
+        """One timestep: ``z``/``r`` (N, B) the release and its noise variance (ignored unless
+        ``fresh``). Returns the published estimate (of ``t − delay`` with a delay) and the new state."""
+        a = {key: np.array(v, copy=True) for key, v in state.arrays.items()}
+        n, b = z.shape
+        t = a["t"] + 1.0
+        a["t"] = t
+        # the period (re-chosen every PERIOD_EVERY timesteps) and this timestep's multiplier
+        if int(t[0]) % PERIOD_EVERY == 0:
+            a["period"] = _choose_period(a["hist"].sum(axis=1), a["hist_r"].sum(axis=1), t - 1)
+        m = _multiplier(a["hist"], a["hist_r"], t, a["period"])  # (N, S)
+        m = np.broadcast_to(m, (n, b)) if m.shape[1] == b else np.repeat(m, b, axis=1)
+        # the bank: each ratio with the seasonal multiplier and without (m = 1): the releases'
+        # likelihood decides whether the season found is worth following
+        mm = np.concatenate([np.repeat(m[:, :, None], len(RATIOS), axis=2), np.ones((n, b, len(RATIOS)))], axis=2)
+        q = _bank_q(a["r0"])  # (N, 1, 2M)
+        x, p = a["x"], a["p"] + q  # predict
+        if fresh:
+            w = _weights(a["loglik"])
+            s = mm * mm * p + r[:, :, None]
+            nu = z[:, :, None] - mm * x
+            mean_pred = (w * mm * x).sum(axis=2)
+            var_pred = (w * (s + (mm * x - mean_pred[:, :, None]) ** 2)).sum(axis=2)
+            score = (z - mean_pred) / np.sqrt(np.maximum(var_pred, 1e-12))
+            big = np.where(np.abs(score) > CHANGE_Z, np.sign(score), 0.0)
+            run = np.where((big != 0) & (np.sign(a["run"]) == big), a["run"] + big, big)
+            a["loglik"] = FORGET * a["loglik"] - 0.5 * (np.log(s) + nu * nu / s)
+            gain = p * mm / s
+            x = x + gain * nu
+            p = (1.0 - gain * mm) * p
+            shift = np.abs(run) >= CHANGE_RUN
+            if shift.any():
+                safe = np.where(np.abs(mm) > 1e-9, mm, 1.0)
+                x = np.where(shift[:, :, None], z[:, :, None] / safe, x)
+                p = np.where(shift[:, :, None], r[:, :, None] / safe ** 2, p)
+                a["loglik"] = np.where(shift[:, :, None], 0.0, a["loglik"])
+                # the smoother must not carry the new level back across the shift
+                a["lag_p"][..., -1] = np.where(shift[:, :, None], 0.0, a["lag_p"][..., -1])
+                run = np.where(shift, 0.0, run)
+            a["run"] = run
+            new = z.sum(axis=1, keepdims=True) if self.shared else z
+            new_r = r.sum(axis=1, keepdims=True) if self.shared else r
+        else:
+            new = new_r = np.full(a["hist"].shape[:2], np.nan)
+        a["hist"] = np.concatenate([a["hist"][:, :, 1:], new[:, :, None]], axis=2)
+        a["hist_r"] = np.concatenate([a["hist_r"][:, :, 1:], new_r[:, :, None]], axis=2)
+        a["x"], a["p"] = x, p
+        w = _weights(a["loglik"])
+        k = self.delay
+        if k == 0:
+            return (w * mm * x).sum(axis=2), ModelState(a)
+        # fixed lag: RTS backwards from t over the last k filtered levels of each filter
+        a["lag_x"] = np.concatenate([a["lag_x"][..., 1:], x[..., None]], axis=3)
+        a["lag_p"] = np.concatenate([a["lag_p"][..., 1:], p[..., None]], axis=3)
+        a["lag_m"] = np.concatenate([a["lag_m"][..., 1:], mm[..., None]], axis=3)
+        return _smoothed(a["lag_x"], a["lag_p"], a["lag_m"], q, w)[..., 0], ModelState(a)
+
+    def pending(self, state: ModelState) -> np.ndarray:
+        """With a delay ``k``: the estimates (N, B, k) of the last ``k`` timesteps stepped, not yet
+        published, each smoothed with the releases there are (the end of a finite stream)."""
+        out = _smoothed(state["lag_x"], state["lag_p"], state["lag_m"], _bank_q(state["r0"]), _weights(state["loglik"]))
+        return out[..., 1:]
+
+
+def _smoothed(lag_x: np.ndarray, lag_p: np.ndarray, lag_m: np.ndarray, q: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Rauch–Tung–Striebel over the lag buffer (random-walk levels: the prediction of ``i + 1`` is
+    level ``i`` with variance ``P_i + Q``): the smoothed estimates (N, B, k+1), weighted over the bank."""
+    k1 = lag_x.shape[-1]
+    out = np.empty(lag_x.shape[:2] + (k1,))
+    xs = lag_x[..., k1 - 1]
+    out[..., k1 - 1] = (w * lag_m[..., k1 - 1] * xs).sum(axis=2)
+    for i in range(k1 - 2, -1, -1):
+        pf = lag_p[..., i]
+        xs = lag_x[..., i] + pf / (pf + q) * (xs - lag_x[..., i])
+        out[..., i] = (w * lag_m[..., i] * xs).sum(axis=2)
+    return out
+
+
+def _bank_q(r0: np.ndarray) -> np.ndarray:
+    """The bank's process variances (N, 1, 2M): each ratio of :data:`RATIOS` times ``R₀``, twice
+    (seasonal filters first, then the flat ones)."""
+    return np.tile(np.asarray(RATIOS), 2)[None, None, :] * r0[:, None, None]
+
+
+def _weights(loglik: np.ndarray) -> np.ndarray:
+    top = loglik.max(axis=-1, keepdims=True)
+    e = np.exp(loglik - top)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _moving_average(y: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
+    """NaN-aware trailing mean over ``period`` slots (last axis) and how many values it had."""
+    ok = np.isfinite(y)
+    v = np.where(ok, y, 0.0)
+    cs = np.concatenate([np.zeros(y.shape[:-1] + (1,)), np.cumsum(v, axis=-1)], axis=-1)
+    cn = np.concatenate([np.zeros(y.shape[:-1] + (1,)), np.cumsum(ok, axis=-1)], axis=-1)
+    total = cs[..., period:] - cs[..., :-period]
+    count = cn[..., period:] - cn[..., :-period]
+    return total / np.maximum(count, 1), count
+
+
+def _phase_stats(y: np.ndarray, ry: np.ndarray, t: np.ndarray, period: int):  # type: ignore[no-untyped-def]
+    """Per phase: the mean ratio of the released series to its centred moving average over one
+    period, the noise variance of that mean, and the number of ratios (``y``: (N, S, H))."""
+    h = y.shape[-1]
+    avg, count = _moving_average(y, period)  # slot i covers slots i..i+period-1
+    half = period // 2
+    centre = np.full(y.shape, np.nan)
+    centre[..., half: half + avg.shape[-1]] = np.where(count >= max(2, period // 2), avg, np.nan)
+    good = np.isfinite(y) & np.isfinite(centre) & (centre > 0)
+    ratio = np.where(good, y / np.where(good, centre, 1.0), 0.0)
+    noise = np.where(good, ry / np.where(good, centre, 1.0) ** 2, 0.0)
+    # absolute phase of each slot: slot h-1 is the latest timestep t
+    slots = (t[:, None] - (h - 1) + np.arange(h)[None, :]).astype(np.int64) % period  # (N, H)
+    onehot = slots[:, :, None] == np.arange(period)[None, None, :]  # (N, H, P)
+    n = np.einsum("nsh,nhp->nsp", good.astype(np.float64), onehot)
+    mean = np.einsum("nsh,nhp->nsp", ratio, onehot) / np.maximum(n, 1)
+    var = np.einsum("nsh,nhp->nsp", noise, onehot) / np.maximum(n, 1) ** 2
+    return mean, var, n
+
+
+def _seasonal_signal(y: np.ndarray, ry: np.ndarray, t: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
+    """Signal variance of the phase means beyond their noise, and their mean noise variance (N, S)."""
+    mean, var, n = _phase_stats(y, ry, t, period)
+    seen = n >= 2
+    full = seen.all(axis=-1)
+    cnt = np.maximum(seen.sum(axis=-1), 1)
+    mu = np.where(seen, mean, 0.0).sum(axis=-1) / cnt
+    spread = np.where(seen, (mean - mu[..., None]) ** 2, 0.0).sum(axis=-1) / cnt
+    noise = np.where(seen, var, 0.0).sum(axis=-1) / cnt
+    signal = np.where(full, spread - noise, -np.inf)
+    return signal, noise
+
+
+def _choose_period(total: np.ndarray, total_r: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The period (N,) of the released totals (N, H), 0 for none."""
+    y, ry = total[:, None, :], total_r[:, None, :]
+    cands = list(range(2, PERIOD_MAX + 1))
+    sig = np.full((y.shape[0], len(cands)), -np.inf)
+    noi = np.zeros_like(sig)
+    for i, per in enumerate(cands):
+        s, nz = _seasonal_signal(y, ry, t, per)
+        sig[:, i], noi[:, i] = s[:, 0], nz[:, 0]
+    best = sig.max(axis=1)
+    ok = np.isfinite(best) & (best > 0)
+    pick = np.argmax(sig >= PERIOD_TOLERANCE * best[:, None], axis=1)
+    chosen = np.asarray(cands, dtype=np.float64)[pick]
+    significant = ok & (sig[np.arange(len(pick)), pick] > SIGNIFICANCE * noi[np.arange(len(pick)), pick])
+    return np.where(significant, chosen, 0.0)
+
+
+def _multiplier(hist: np.ndarray, hist_r: np.ndarray, t: np.ndarray, period: np.ndarray) -> np.ndarray:
+    """The seasonal multiplier (N, S) of timestep ``t`` (1 where there is no period)."""
+    out = np.ones(hist.shape[:2])
+    for per in np.unique(period[period > 0]).astype(int).tolist():
+        rows = period == per
+        y, ry = hist[rows], hist_r[rows]
+        # the history ends at t-1 here: phases are those of timesteps t-H..t-1
+        mean, var, n = _phase_stats(y, ry, t[rows] - 1, per)
+        seen = n >= 2
+        cnt = np.maximum(seen.sum(axis=-1, keepdims=True), 1)
+        mu = np.where(seen, mean, 0.0).sum(axis=-1, keepdims=True) / cnt
+        mean = np.where(seen, mean / np.where(mu > 0, mu, 1.0), 1.0)
+        var = var / np.where(mu > 0, mu, 1.0) ** 2
+        spread = np.where(seen, (mean - 1.0) ** 2, 0.0).sum(axis=-1, keepdims=True) / cnt
+        noise = np.where(seen, var, 0.0).sum(axis=-1, keepdims=True) / cnt
+        signal = np.maximum(spread - noise, 0.0)
+        shrink = np.where(seen, signal / np.maximum(signal + var, 1e-300), 0.0)
+        phase = (t[rows].astype(np.int64) % per)
+        m_all = 1.0 + shrink * (mean - 1.0)  # (n, S, P)
+        out[rows] = np.take_along_axis(m_all, phase[:, None, None].repeat(m_all.shape[1], axis=1), axis=2)[..., 0]
+    return np.maximum(out, 0.0)
+
+
+def state_arrays(state: ModelState) -> dict[str, np.ndarray]:
+    """The arrays of ``state`` by name (for journaling)."""
+    return {k: state.arrays[k] for k in _FIELDS}
+
+
+def state_from_arrays(arrays: Mapping[str, np.ndarray]) -> ModelState:
+    """Rebuild a state from :func:`state_arrays`.
+
+    Raises:
+        ValueError: a missing or extra array, or rows that do not agree.
+    """
+    if set(arrays) != set(_FIELDS):
+        raise ValueError(f"model filter state needs the arrays {', '.join(_FIELDS)}")
+    rows = {np.shape(arrays[k])[0] for k in _FIELDS}
+    if len(rows) != 1 or not all(math.isfinite(float(np.nansum(arrays[k]))) or k == "loglik" for k in _FIELDS):
+        raise ValueError("model filter state's arrays do not agree")
+    return ModelState({k: np.asarray(arrays[k], dtype=np.float64) for k in _FIELDS})

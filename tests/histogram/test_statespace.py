@@ -1,0 +1,128 @@
+"""The structural filter (issue 30 items 1-3): ``model``/``model-perbin`` follow a seasonal
+series and a level shift from noisy releases better than the releases themselves, the fixed-lag
+smoother (``release.delay``) helps, the state continues bit for bit from its JSON snapshot
+(restart = same bytes), and republished timesteps add no information."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from histogram.postprocess import PostProcessor, noise_variance
+
+CONF = 0.95
+B = 60.0  # Laplace scale of the test releases
+H = B * np.log(1 / (1 - CONF))
+
+
+def _run(pp: PostProcessor, truth: np.ndarray, seed: int = 0, every: int = 1) -> np.ndarray:
+    """Published counts per timestep (aligned to the timestep they are for)."""
+    rng = np.random.default_rng(seed)
+    state, outs, last = pp.initial(), [], None
+    for t in range(truth.shape[0]):
+        fresh = t % every == 0
+        if fresh:
+            last = truth[t] + rng.laplace(0, B, truth.shape[1:])
+        out, state = pp.apply(state, last, np.full(truth.shape[1:], H), CONF, fresh)
+        outs.append(out.counts)
+    res = np.asarray(outs)
+    if pp.delay:
+        res = np.concatenate([res[pp.delay:], pp.pending(state, truth.shape[1:])])
+    return res
+
+
+def _jump(t: int = 600) -> np.ndarray:
+    return np.where(np.arange(t) < t // 2, 200.0, 700.0)[:, None] * np.ones((1, 3))
+
+
+def test_the_noise_variance_is_the_releases():
+    assert noise_variance(np.array([H]), CONF)[0] == pytest.approx(2 * B * B)
+
+
+def test_a_level_shift_is_followed_within_a_few_releases_and_the_flat_parts_are_smoothed():
+    truth = _jump()
+    out = _run(PostProcessor(("model",)), truth)
+    err = np.abs(out - truth).mean(axis=1)
+    raw = np.sqrt(2) * B  # the releases' own sd; their mean absolute error is B
+    assert err[100:300].mean() < 0.4 * B
+    assert err[450:].mean() < 0.4 * B
+    # reaction: within 5 timesteps of the jump the error is below the jump's half (250) ...
+    assert err[305] < raw and err[310:].max() < 2 * raw
+
+
+def test_a_season_shared_by_bins_is_learnt_and_helps_the_quiet_bin():
+    t = np.arange(900)
+    shape = 1.0 + 0.8 * np.sin(2 * np.pi * t / 24)
+    truth = shape[:, None] * np.array([20.0, 400.0, 800.0])[None, :]
+    shared = np.abs(_run(PostProcessor(("model",)), truth) - truth)[450:].mean(axis=0)
+    alone = np.abs(_run(PostProcessor(("model-perbin",)), truth) - truth)[450:].mean(axis=0)
+    assert shared.mean() < 0.7 * B
+    assert shared[0] < alone[0]  # the quiet bin borrows the busy bins' shape
+
+
+def test_each_step_of_delay_helps_on_a_random_walk():
+    rng = np.random.default_rng(5)
+    truth = 500 + np.cumsum(rng.normal(0, 4, (800, 2)), axis=0)
+    errs = [np.abs(_run(PostProcessor(("model",), delay=k), truth) - truth)[100:].mean() for k in (0, 1, 2)]
+    assert errs[0] < 0.6 * B
+    assert errs[2] < errs[1] < errs[0]
+
+
+def test_republished_timesteps_add_no_information():
+    """Feeding a republished timestep's copy as fresh changes the output; as republished it must
+    be what a filter that never saw the copy predicts."""
+    truth = _jump(200)
+    a = _run(PostProcessor(("model",)), truth, every=3)
+    b = _run(PostProcessor(("model",)), truth, every=1)
+    assert not np.array_equal(a, b)
+    pp, rng = PostProcessor(("model",)), np.random.default_rng(1)
+    state = pp.initial()
+    z = 300 + rng.laplace(0, B, 3)
+    _, state = pp.apply(state, z, np.full(3, H), CONF, True)
+    o1, s1 = pp.apply(state, z, np.full(3, H), CONF, False)
+    o2, s2 = pp.apply(state, z + 1000.0, np.full(3, H), CONF, False)  # a republished value is not read
+    assert np.array_equal(o1.counts, o2.counts) and s1 == s2
+
+
+@pytest.mark.parametrize("chain,delay", [("model", 0), ("model-perbin", 0), ("model+nonnegative", 2)])
+def test_a_restored_state_continues_bit_for_bit(chain, delay):
+    pp = PostProcessor.for_stream(chain, population=1000, bins=3, delay=delay)
+    truth, rng = _jump(120), np.random.default_rng(2)
+    state = pp.initial()
+    zs = [truth[t] + rng.laplace(0, B, 3) for t in range(120)]
+    outs = []
+    for t in range(60):
+        o, state = pp.apply(state, zs[t], np.full(3, H), CONF, t % 2 == 0)
+    restored = pp.state_from_json(json.loads(json.dumps(pp.state_to_json(state))), 3)
+    assert restored == state
+    s_a, s_b = state, restored
+    for t in range(60, 120):
+        oa, s_a = pp.apply(s_a, zs[t], np.full(3, H), CONF, t % 2 == 0)
+        ob, s_b = pp.apply(s_b, zs[t], np.full(3, H), CONF, t % 2 == 0)
+        outs.append(oa.counts.tobytes() == ob.counts.tobytes())
+    assert all(outs) and s_a == s_b
+
+
+def test_delay_needs_a_model_step_and_a_sane_range():
+    with pytest.raises(ValueError, match="needs a model step"):
+        PostProcessor(("kalman",), delay=1)
+    with pytest.raises(ValueError, match="0..64"):
+        PostProcessor(("model",), delay=99)
+    with pytest.raises(ValueError, match="two smoothers"):
+        PostProcessor(("model", "kalman"))
+
+
+def test_runs_side_by_side_equal_runs_one_at_a_time():
+    """The lab passes all runs at once (leading axis): the same numbers as one run at a time."""
+    truth = _jump(150)
+    rng = np.random.default_rng(3)
+    z = truth[None] + rng.laplace(0, B, (4,) + truth.shape)
+    pp = PostProcessor(("model",), delay=1)
+    s_all, singles = pp.initial(), [pp.initial() for _ in range(4)]
+    for t in range(150):
+        o_all, s_all = pp.apply(s_all, z[:, t], np.full((4, 3), H), CONF, True)
+        for r in range(4):
+            o, singles[r] = pp.apply(singles[r], z[r, t], np.full(3, H), CONF, True)
+            np.testing.assert_allclose(o.counts, o_all.counts[r], rtol=1e-12, atol=1e-9)
