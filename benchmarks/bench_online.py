@@ -73,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan-timesteps", type=int, default=60)
     ap.add_argument("--epsilons", default="0.1,1")
     ap.add_argument("--ws", default="10,50")
+    ap.add_argument("--regimes", default=",".join(f"{a}->{b}" for a, b in REGIMES),
+                    help="first->second family pairs, comma-separated")
     args = ap.parse_args(argv)
     rows = []
-    for first, second in REGIMES:
+    for first, second in (r.split("->") for r in args.regimes.split(",")):
         truth = truth_of(first, second, args.timesteps, args.scale)
         for eps in (float(e) for e in args.epsilons.split(",")):
             for w in (int(x) for x in args.ws.split(",")):

@@ -39,10 +39,11 @@ from controller.units import WEvent
 
 __all__ = ["OnlinePolicy", "OnlineState", "FreshRelease", "released_series"]
 
-#: ``replan(series, epsilons)``: the candidate index to use from now on. ``series`` is the
+#: ``replan(series, epsilons, current)``: the candidate index to use from now on. ``series`` is the
 #: ``(timesteps, bins)`` published counts (float), ``epsilons`` the ε of the fresh release behind
-#: each row (its declared noise scale). Must be deterministic (restart = same bytes).
-Replan = Callable[[np.ndarray, tuple[Fraction, ...]], int]
+#: each row (its declared noise scale), ``current`` the index in use. Must be deterministic
+#: (restart = same bytes).
+Replan = Callable[[np.ndarray, tuple[Fraction, ...], int], int]
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ class OnlinePolicy:
         if t > 0 and t % self.every == 0 and state.seen_fresh >= self.min_releases:
             series, eps = self.series(state, t)
             if series.shape[0]:
-                choice = int(self.replan(series, eps))
+                choice = int(self.replan(series, eps, state.choice))
                 if not 0 <= choice < len(self.candidates):
                     raise StateError(f"re-plan chose candidate {choice} of {len(self.candidates)}")
                 if choice != state.choice:  # the old state (ρ, PID) is dropped; the ledger is not

@@ -42,7 +42,7 @@ def _policy(script: list[int], every: int, unit: WEvent, methods=METHODS, cls=On
     cands = tuple(build_policy(MethodSpec(m, unit, population=POPULATION), BINS) for m in methods)
     calls = iter(range(10**9))
 
-    def replan(series, eps):
+    def replan(series, eps, current):
         if seen is not None:
             seen.append((series.copy(), eps))
         return script[next(calls) % len(script)] % len(cands)

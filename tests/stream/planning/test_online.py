@@ -119,6 +119,14 @@ def test_replan_reads_only_what_it_is_given(monkeypatch) -> None:
     s = _settings()
     labels = s.engine().policy.labels
     series = _truth(16).astype(float)
-    first = online_mod.replanner(s, labels)(series, (Fraction(1, 2),) * 16)
-    again = online_mod.replanner(s, labels)(series.copy(), (Fraction(1, 2),) * 16)
+    first = online_mod.replanner(s, labels)(series, (Fraction(1, 2),) * 16, 0)
+    again = online_mod.replanner(s, labels)(series.copy(), (Fraction(1, 2),) * 16, 0)
     assert first == again and 0 <= first < len(labels)
+
+
+def test_the_scenario_weights_rows_by_their_declared_noise() -> None:
+    """A row released at a large ε (small noise) dominates its neighbours released at a small ε."""
+    series = np.array([[0.0], [100.0], [0.0]])
+    precise = online_mod.scenario_of(series, (Fraction(1, 10), Fraction(10), Fraction(1, 10)))
+    even = online_mod.scenario_of(series, (Fraction(1),) * 3)
+    assert precise[1, 0] == 100 and even[1, 0] == 33
