@@ -230,9 +230,15 @@ def run_method(
 DATA_INDEPENDENT: frozenset[str] = frozenset({"uniform", "fixed", "sample"})
 
 
+def re_planned(settings: Settings) -> bool:
+    """``release.planner.online`` is set: the method may change mid-stream, so every run steps the engine."""
+    return settings.release.planner is not None and settings.release.planner.online is not None
+
+
 def fast_eligible(settings: Settings) -> bool:
-    """Whether :func:`run_fast` applies: a data-independent decision method with LPA."""
-    return settings.release.decision in DATA_INDEPENDENT and settings.release.mechanism == "lpa"
+    """Whether :func:`run_fast` applies: a data-independent decision method with LPA (not re-planned)."""
+    return (settings.release.decision in DATA_INDEPENDENT and settings.release.mechanism == "lpa"
+            and not re_planned(settings))
 
 
 def run_fast(
@@ -386,7 +392,7 @@ def _evaluate_method(
         from stream.lab.personal import run_personal
 
         traces = [run_personal(s, personal, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
-    elif replayable:
+    elif replayable or re_planned(s):
         traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
     elif vector_eligible(s):
         # keyed by the base method: "m" and "m+nonnegative" draw the same noise and make the same

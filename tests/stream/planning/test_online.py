@@ -130,3 +130,16 @@ def test_the_scenario_weights_rows_by_their_declared_noise() -> None:
     precise = online_mod.scenario_of(series, (Fraction(1, 10), Fraction(10), Fraction(1, 10)))
     even = online_mod.scenario_of(series, (Fraction(1),) * 3)
     assert precise[1, 0] == 100 and even[1, 0] == 33
+
+
+def test_evaluate_steps_the_online_engine_not_the_fast_paths() -> None:
+    """``dpstream evaluate`` runs the re-planned stream (its fast paths would run the start method only)."""
+    from stream.lab.evaluate import evaluate
+
+    s = _settings()
+    res = evaluate(s, _truth(), ["uniform"], runs=1, queries=0, progress=False)["methods"]["uniform"]
+    engine = s.engine()
+    releases, state = _steps(engine, engine.initial_state(), _truth(), 0, 48)
+    assert state.policy.switches
+    assert res["fresh_releases"] < 48  # uniform alone publishes at every timestep
+    assert res["max_window_spend"] <= 1
