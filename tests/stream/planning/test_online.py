@@ -143,3 +143,11 @@ def test_evaluate_steps_the_online_engine_not_the_fast_paths() -> None:
     assert state.policy.switches
     assert res["fresh_releases"] < 48  # uniform alone publishes at every timestep
     assert res["max_window_spend"] <= 1
+
+
+def test_check_config_says_what_online_may_switch_to() -> None:
+    from stream.commands.check_config import planner_lines
+
+    lines = planner_lines(_settings())
+    assert any("online re-planning" in x and "starts with uniform" in x and "every 8 timesteps" in x for x in lines)
+    assert not any("online" in x for x in planner_lines(_settings(online=False)))
