@@ -1003,6 +1003,14 @@ CATALOGUE: dict[str, AuditEntry] = {
                   "threshold keeps the tier below ε_t", "sampling coin e^ε/e^t",
                   "tier counted in another tier's part (privacy-aware)"),
         _PERSONAL_STAT),
+    # issue 30 item 4: release.planner.online switches methods from the releases alone, on one ledger
+    "online-planner": AuditEntry(
+        "engine", "tests.controller.test_online_policy", "BROKEN",
+        _named("test_broken_online_variant_is_caught",
+               ("re-plan reads the true counts", "switch starts an empty ledger")),
+        "exact: the re-plan's inputs and choices for different true inputs with the same releases and noise "
+        "(identical); every window of the ledger replayed from the releases ≤ ε over hypothesis switch points",
+    ),
     "charge-before-draw": AuditEntry(
         "engine", "tests.controller.test_charge_before_draw", None,
         {"draw-then-charge": Catch("test_reverse_order_is_caught", {"unit": "user-level", "name": "dsat"}),

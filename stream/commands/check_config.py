@@ -80,9 +80,16 @@ def planner_lines(settings: Any) -> list[str]:
     """The planner's reasons (``decision: auto``) and the configuration's warnings, one per line."""
     from stream.planning.planner import warnings_for
 
-    if settings.plan is not None:
-        return settings.plan.text().splitlines()
-    return [f"warning: {w}" for w in warnings_for(settings)]
+    lines = settings.plan.text().splitlines() if settings.plan is not None else \
+        [f"warning: {w}" for w in warnings_for(settings)]
+    planner = settings.release.planner
+    if planner is not None and planner.online is not None:  # what the stream may switch to, and when
+        policy = settings.engine().policy
+        lines.append(f"online re-planning (release.planner.online): starts with {policy.labels[policy.start]}; every "
+                     f"{planner.online.every} timesteps once {planner.online.min_releases} fresh releases exist, "
+                     f"re-plans from the last {planner.timesteps} timesteps of releases among "
+                     f"{', '.join(policy.labels)} (release messages keep release.decision: the start method)")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from math import comb
+from typing import Any
 
 from controller import method as _method
 from controller.errors import ConfigurationError
@@ -240,13 +241,20 @@ def build_engine(settings: SettingsView, *, decision: str | None = None, mechani
     spec = method_spec(settings, decision)
     mech = build_mechanism(settings) if mechanism is None else mechanism
     bins = domain(settings).size
+    online = settings.release.planner is not None and settings.release.planner.online is not None
+    if online and (settings.privacy.personal is not None or any(q.private is not None for q in settings.queries)):
+        raise ConfigurationError("release.planner.online does not re-plan personalized streams or streams with "
+                                 "private alerts: remove release.planner.online or those settings")
     if any(q.private is not None for q in settings.queries):  # private threshold alerts (issue 33)
         try:
             return private_engine(settings, lambda s: _method.build_engine(s, mech, bins), spec)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
     if settings.privacy.personal is None:
-        return _method.build_engine(spec, mech, bins)
+        engine = _method.build_engine(spec, mech, bins)
+        if online:
+            return replace(engine, policy=online_policy(settings, spec, mech, bins))
+        return engine
     declaration = settings.personal_declaration()
     engines = []
     for part in declaration.plan.parts:
@@ -258,6 +266,53 @@ def build_engine(settings: SettingsView, *, decision: str | None = None, mechani
                           noise_source(settings) if randomness is None else randomness, settings.stream.id,
                           declaration=(bytes.fromhex(declaration.budgets.fingerprint()) if declaration.table_keys
                                        else b""))
+
+
+#: Post-processing chains that smooth (the configuration refuses them after FAST and PeGaSus).
+_SMOOTHERS = ("kalman", "ewma")
+
+
+def online_policy(settings: SettingsView, spec: MethodSpec, mech: Mechanism, bins: int) -> Any:
+    """``release.planner.online``: the stream's method wrapped in a :class:`controller.online.OnlinePolicy`.
+
+    The candidates are the planner's (:func:`stream.planning.planner.runnable_methods`: every
+    decision method this unit can run; DSFT and DSAT with and without ``release.noise_floor``),
+    built from ``spec`` with only the method (and the noise floor) changed: same unit, mechanism,
+    bins, Δ, threshold and PID gains. It starts with the configured method (the planner's choice
+    under ``decision: auto``) and re-plans with :func:`stream.planning.online.replanner`.
+
+    Raises:
+        ConfigurationError: not w-event, a model release, or personalized/private-alert streams.
+    """
+    from controller.method import GROUPED_METHODS, METHODS
+    from controller.online import OnlinePolicy
+    from stream.planning.online import candidate_label, replanner
+
+    online = settings.release.planner.online  # type: ignore[union-attr]
+    if settings.privacy.unit != "w-event":
+        raise ConfigurationError("release.planner.online re-plans among w-event methods: set privacy.unit: "
+                                 "w-event (under user-level privacy name release.decision)")
+    if getattr(mech, "view", None) is not None:
+        raise ConfigurationError("release.planner.online plans histogram releases: use release.mechanism lpa or psd")
+    smoothing = any(s in settings.release.postprocess for s in _SMOOTHERS)
+    policies, labels = [], []
+    for decision in METHODS:
+        if (decision in GROUPED_METHODS and settings.release.mechanism != "lpa") or \
+                (smoothing and decision in ("fast", "pegasus")):
+            continue
+        for floor in ((False, True) if decision in ("dsat", "dsft") else (None,)):
+            try:
+                cand = replace(spec, decision=decision, noise_floor=spec.noise_floor if floor is None else floor)
+                policies.append(_method.build_policy(cand, bins))
+            except ConfigurationError:
+                continue
+            labels.append(candidate_label(decision, floor))
+    start_label = candidate_label(spec.decision, spec.noise_floor if spec.decision in ("dsat", "dsft") else None)
+    if start_label not in labels:
+        raise ConfigurationError(f"release.planner.online cannot start from {start_label}: it is not a candidate here")
+    return OnlinePolicy(tuple(policies), tuple(labels), labels.index(start_label),
+                        replanner(settings, tuple(labels)), online.every, online.min_releases,
+                        settings.release.planner.timesteps)  # type: ignore[union-attr]
 
 
 def validate(settings: SettingsView) -> None:

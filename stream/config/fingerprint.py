@@ -69,6 +69,10 @@ def _release_view(settings: SettingsView) -> dict[str, Any]:
     """``release.*`` as JSON; the model mechanisms' sections only when set (unset, they change no
     existing stream's fingerprint)."""
     view = settings.release.model_dump(mode="json", exclude={"planner"})  # how, not what, is chosen
+    planner = settings.release.planner
+    if planner is not None and planner.online is not None:  # re-planning changes what is released
+        view["planner_online"] = {**planner.online.model_dump(mode="json"), "runs": planner.runs,
+                                  "history": planner.timesteps}
     defaults = {"copula": CopulaSection, "marginals": MarginalsSection}
     for name in MODEL_MECHANISMS:
         if view.get(name) is None:

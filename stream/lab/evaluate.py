@@ -124,10 +124,16 @@ def parse_methods(text: str | Sequence[str]) -> list[str]:
 DATA_INDEPENDENT: frozenset[str] = frozenset({"uniform", "fixed", "sample"})
 
 
+def re_planned(settings: Settings) -> bool:
+    """``release.planner.online`` is set: the method may change mid-stream, so every run steps the engine."""
+    return settings.release.planner is not None and settings.release.planner.online is not None
+
+
 def fast_eligible(settings: Settings) -> bool:
-    """Whether :func:`run_fast` applies: a data-independent decision method with LPA."""
+    """Whether :func:`run_fast` applies: a data-independent decision method with LPA (not delayed, not
+    re-planned)."""
     return (settings.release.decision in DATA_INDEPENDENT and settings.release.mechanism == "lpa"
-            and not settings.release.delay)
+            and not settings.release.delay and not re_planned(settings))
 
 
 def run_fast(
@@ -281,6 +287,8 @@ def _evaluate_method(
         from stream.lab.personal import run_personal
 
         traces = [run_personal(s, personal, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
+    elif re_planned(s):  # the online planner switches methods: only the engine knows which runs
+        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
     elif vector_eligible(s):
         # one run path, two noise sources: replayable = the engine's own drawers (run r publishes
         # what replay --seed seed+r publishes), else block draws keyed by the base method ("m" and

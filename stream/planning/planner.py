@@ -300,7 +300,7 @@ def runnable_methods(settings: Any) -> list[str]:
     """The decision methods (:data:`controller.method.METHODS`, in that order) this configuration
     can run: those for which ``settings`` re-validated with ``release.decision`` set to the method
     is a valid configuration (e.g. not ``bd``/``ba`` under user-level privacy)."""
-    from stream.config import ConfigError
+    from stream.config.errors import ConfigError
 
     out = []
     for method in METHODS:

@@ -75,17 +75,32 @@ class MarginalsSection(Section):
     synthetic_size: int = Field(default=0, ge=0, le=MAX_SYNTHETIC)
 
 
+class OnlineSection(Section):
+    """``release.planner.online``: re-plan from the stream's own releases (:mod:`controller.online`).
+
+    ``every``: re-plan at every timestep ``t > 0`` that is a multiple of it (timesteps; public).
+    ``min_releases``: re-plan only once this many fresh releases were published. The re-plan reads
+    the published series of the last ``release.planner.timesteps`` timesteps (post-processing:
+    no ε); the switch keeps every window ≤ ε (``docs/privacy.md`` §13.1). w-event only.
+    """
+
+    every: int = Field(ge=1)
+    min_releases: int = Field(default=5, ge=1)
+
+
 class PlannerSection(Section):
     """``release.planner``: options of ``decision: auto`` (:mod:`stream.planning.planner`).
 
     ``public_history``: a counts file the user **declares public** (read by the planner instead of
     synthetic streams; never the stream's own input). ``runs``: seeded simulation runs per stream;
     ``timesteps``: length of each synthetic stream (more: slower start-up, steadier choice).
+    ``online``: re-plan from the stream's own releases as they accumulate (:class:`OnlineSection`).
     """
 
     public_history: str | None = None
     runs: int = Field(default=2, ge=1, le=50)
     timesteps: int = Field(default=200, ge=10, le=5000)
+    online: OnlineSection | None = None
 
 
 class ReleaseSection(Section):
