@@ -56,6 +56,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SCHEMA_DIR",
     "ReleaseMessage",
+    "LagInfo",
     "ModelReleaseMessage",
     "DomainMessage",
     "MessageBuilder",
@@ -144,6 +145,19 @@ class QueryAnswerInfo(_Model):
     half_width: float | None = Field(ge=0)
     variance: float | None = Field(ge=0)
     bins: int = Field(ge=1, description="histogram bins the query sums")
+
+
+class LagInfo(_Model):
+    """``release.delay: k``: this timestep was published ``k`` timesteps late, its counts smoothed
+    (the fixed-lag smoother of a ``model`` step) with the releases up to ``smoothed_through``.
+
+    Post-processing of releases only (``docs/privacy.md`` §2.3.1): no ε, no data read.
+    """
+
+    delay: int = Field(ge=1, description="release.delay: timesteps between this timestep and its publication")
+    smoothed_through: int = Field(
+        ge=0, description="the last timestep whose release the counts were smoothed with (index + delay, or "
+                          "the stream's last timestep for the ones flushed at its end)")
 
 
 class PrivateAlertInfo(_Model):
@@ -241,6 +255,9 @@ class ReleaseMessage(_Model):
         default=None, description="declared queries' answers (configuration queries:); absent when none is declared")
     private_alerts: list[PrivateAlertInfo] | None = Field(
         default=None, description="private threshold alerts' outcomes (queries[].private); absent without them")
+    lag: LagInfo | None = Field(
+        default=None, description="release.delay streams: the publication delay and how far the smoothing looked "
+                                  "ahead; absent without a delay")
 
     @model_validator(mode="after")
     def _version(self) -> ReleaseMessage:
@@ -401,7 +418,7 @@ def canonical_bytes(obj: Any) -> bytes:
 
 def _dump(model: BaseModel) -> dict[str, Any]:
     data = model.model_dump(mode="json")
-    for optional in ("details", "personal", "queries", "private_alerts"):
+    for optional in ("details", "personal", "queries", "private_alerts", "lag"):
         if data.get(optional, 0) is None:
             del data[optional]
     return data
@@ -611,6 +628,25 @@ class MessageBuilder:
         message = head.model_copy(update={"counts": counts.tolist(),
                                           "queries": self.query_answers(release, counts)})
         return message, _release_bytes(message, _counts_text(counts))
+
+    def delayed(self, head: ReleaseMessage, processed: Processed, through: int) -> tuple[ReleaseMessage, bytes]:
+        """``release.delay``: the message of ``head``'s timestep (built when it was released), its
+        counts the fixed-lag smoother's (``processed``, smoothed with the releases up to ``through``)."""
+        counts = _count_array(processed.counts)
+        message = head.model_copy(update={
+            "counts": counts.tolist(),
+            "accuracy": head.accuracy.model_copy(update={"half_width": _half_width(processed.half_width)}),
+            "queries": None if head.queries is None else self._requery(head, counts),
+            "lag": LagInfo(delay=self.post.delay, smoothed_through=through)})
+        return message, _release_bytes(message, _counts_text(counts))
+
+    def _requery(self, head: ReleaseMessage, counts: np.ndarray) -> list[QueryAnswerInfo]:
+        """``head``'s query answers with their values from the smoothed ``counts`` (the intervals as
+        the release at its own timestep stated them, as an undelayed smoothing chain does)."""
+        assert head.queries is not None
+        values = [answer_counts(counts, q) for q in self.queries]
+        return [a.model_copy(update={"value": _rounded(np.asarray([v]))[0]})
+                for a, v in zip(head.queries, values, strict=True)]
 
     def _validated(self, release: Release, start: datetime, end: datetime,
                    half_width: np.ndarray) -> ReleaseMessage:

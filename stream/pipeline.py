@@ -45,16 +45,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from controller.errors import ConfigurationError, StateError
+from controller.errors import StateError
 from controller.personal import PersonalState
 from controller.step import Engine, EngineState, Release
 from histogram.noise import Randomness
-from histogram.postprocess import PostProcessor, PostState
+from histogram.postprocess import MODELS, PostProcessor, PostState, Processed, postprocess
 from histogram.records import RecordTable
 from stream.ingest.events import CODE, REASONS, EventBatch, Rejections, ValidBatch, validate_batch
 from stream.ingest.windowing import ACCEPTED, Grid, TimestepData, Windower
 from stream.messages import (
     DomainMessage,
+    LagInfo,
     MessageBuilder,
     ReleaseMessage,
     canonical_bytes,
@@ -112,6 +113,12 @@ class SealedRelease:
         release: the engine's :class:`Release`, or None when ``recovered``.
         recovered: True when the bytes and state came from the journal via
             ``recall`` (nothing was drawn: a re-send).
+        delayed: ``release.delay: k``: the messages published at this timestep (the release of
+            timestep ``index − k``, smoothed with the releases up to ``index``; none while
+            ``index < k``); None without a delay (``message`` itself is published).
+        lag_queue: ``release.delay``: the timesteps released but not yet published after this one
+            (their messages as released, oldest first, each with whether its counts are final:
+            released before the first fresh release, nothing to smooth); journaled with the engine.
     """
 
     index: int
@@ -128,6 +135,14 @@ class SealedRelease:
     engine: Engine = field(repr=False)
     post_state: PostState = field(default_factory=PostState, repr=False)
     post: PostProcessor | None = field(default=None, repr=False)
+    delayed: tuple[tuple[ReleaseMessage, bytes], ...] | None = None
+    lag_queue: tuple[tuple[str, bool], ...] = ()
+
+    @property
+    def outputs(self) -> tuple[tuple[ReleaseMessage, bytes], ...]:
+        """The messages and bytes to publish for this timestep, in order (``release.delay``: the
+        delayed ones, maybe none; otherwise this timestep's own)."""
+        return ((self.message, self.payload),) if self.delayed is None else self.delayed
 
     @property
     def release_id(self) -> str:
@@ -148,7 +163,7 @@ class SealedRelease:
     def engine_snapshot(self) -> dict[str, Any]:
         """The engine snapshot, with the smoother's state under ``postprocess`` when
         ``release.postprocess`` smooths (what the journal keeps and a restart restores)."""
-        return _with_post(self.engine.snapshot(self.engine_state), self.post, self.post_state)
+        return _with_post(self.engine.snapshot(self.engine_state), self.post, self.post_state, self.lag_queue)
 
     def journal_entry(self) -> dict[str, Any]:
         """JSON-ready record to persist before ``payload`` may be produced.
@@ -235,15 +250,12 @@ class ReleasePipeline:
         self.grid = Grid.from_settings(settings)
         self.messages = MessageBuilder(settings)
         self.post: PostProcessor = self.messages.post
-        if self.post.delay:
-            raise ConfigurationError(
-                f"release.delay {self.post.delay}: the service does not publish delayed timesteps yet (the "
-                "fixed-lag smoother is evaluated by dpstream evaluate); set release.delay: 0 to run")
         self.key = self.stream_id.encode()
         self.step_hook = step_hook
         self.recall = recall
         self.max_user_id_chars = 256
         post_state = self.post.initial()
+        self._lag_queue: tuple[tuple[str, bool], ...] = ()
         if engine_state is None:
             state = self.engine.initial_state()
         elif isinstance(engine_state, EngineState | PersonalState):
@@ -252,7 +264,7 @@ class ReleasePipeline:
                 raise StateError("restoring a smoothing stream needs the engine snapshot with its "
                                  "post-processing state, not an EngineState")
         else:
-            state, post_state = self._restore_snapshot(engine_state, "engine snapshot")
+            state, post_state, self._lag_queue = self._restore_snapshot(engine_state, "engine snapshot")
         if window_state is not None:
             self.window = Windower.restore(self.grid, dict(window_state))
         elif state.timestep == 0 or self.grid.start is not None:
@@ -454,6 +466,7 @@ class ReleasePipeline:
             raise
         self._state = sealed.engine_state
         self._post_state = sealed.post_state
+        self._lag_queue = sealed.lag_queue
         self.window.advance()
         st = self.stats
         st.timesteps_sealed += 1
@@ -487,10 +500,56 @@ class ReleasePipeline:
         processed, post_state = self.post.apply(self._post_state, release.counts, release.half_width,
                                                 release.confidence, release.kind == "fresh")
         message, payload = self.messages.release_with_bytes(release, start, end, processed)
+        delayed, queue = self._delay(index, payload, processed, post_state)
         return SealedRelease(
             index, cell, start, end, self.key, payload, message, state,
-            self._window_after(index), release, False, self.engine, post_state, self.post,
+            self._window_after(index), release, False, self.engine, post_state, self.post, delayed, queue,
         )
+
+    def _delay(self, index: int, payload: bytes, processed: Processed, post_state: PostState
+               ) -> tuple[tuple[tuple[ReleaseMessage, bytes], ...] | None, tuple[tuple[str, bool], ...]]:
+        """``release.delay: k``: what timestep ``index`` publishes (timestep ``index − k``) and the
+        queue after it. ``processed`` (the smoother's output at ``index``) is ``index − k``'s counts
+        once the first fresh release is ``k`` timesteps back; a timestep released before the first
+        fresh release keeps its own (placeholder) counts, final when it was released."""
+        k = self.post.delay
+        if not k:
+            return None, ()
+        queue = (*self._lag_queue, (payload.decode("ascii"), post_state.model is None))
+        if len(queue) <= k:
+            return (), queue
+        (text, final), queue = queue[0], queue[1:]
+        head = parse_release(text.encode("ascii"))
+        if final:
+            message = head.model_copy(update={"lag": LagInfo(delay=k, smoothed_through=index)})
+            return ((message, message.to_bytes()),), queue
+        return (self.messages.delayed(head, processed, index),), queue
+
+    def flush(self) -> list[tuple[ReleaseMessage, bytes]]:
+        """``release.delay: k`` at the clean end of the stream: the last ``k`` timesteps released but
+        not yet published, smoothed with the releases there are, oldest first (then nothing is
+        left). Empty without a delay. Post-processing only: nothing is drawn or charged."""
+        queue, self._lag_queue = self._lag_queue, ()
+        if not queue:
+            return []
+        k = self.post.delay
+        through = self.window.next_index - 1
+        width = len(parse_release(queue[0][0].encode("ascii")).counts)
+        tail = self.post.pending(self._post_state, (width,))
+        after = self.post.chain[[s in MODELS for s in self.post.chain].index(True) + 1:]
+        out = []
+        for i, (text, final) in enumerate(queue):
+            head = parse_release(text.encode("ascii"))
+            if final or tail is None:
+                message = head.model_copy(update={"lag": LagInfo(delay=k, smoothed_through=through)})
+                out.append((message, message.to_bytes()))
+                continue
+            counts = tail[k - len(queue) + i]
+            for step in after:
+                counts = postprocess(step, counts)
+            half = np.full(np.shape(counts), np.inf)  # no interval after a smoother
+            out.append(self.messages.delayed(head, Processed(counts, half), through))
+        return out
 
     def _from_journal(self, entry: Mapping[str, Any], index: int, cell: int) -> SealedRelease:
         where = f"journal entry for timestep {index}"
@@ -511,7 +570,7 @@ class ReleasePipeline:
             if message.release_id != release_id(self.stream_id, index, self.fingerprint) or \
                     message.timestep.index != index or message.to_bytes() != payload:
                 raise StateError(f"{where} holds a payload that is not this timestep's canonical release")
-            state, post_state = self._restore_snapshot(entry["engine_state"], where)
+            state, post_state, lag_queue = self._restore_snapshot(entry["engine_state"], where)
         except StateError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -522,9 +581,11 @@ class ReleasePipeline:
         return SealedRelease(
             index, cell, start, end, self.key, payload, message, state,
             self._window_after(index), None, True, self.engine, post_state, self.post,
+            None if not self.post.delay else (), lag_queue,
         )
 
-    def _restore_snapshot(self, data: Mapping[str, Any], what: str) -> tuple[EngineState, PostState]:
+    def _restore_snapshot(self, data: Mapping[str, Any], what: str
+                          ) -> tuple[EngineState, PostState, tuple[tuple[str, bool], ...]]:
         """Engine state and smoother state from an engine snapshot (the smoother's under ``postprocess``).
 
         Raises:
@@ -533,19 +594,24 @@ class ReleasePipeline:
         """
         snap = dict(data)
         post = snap.pop("postprocess", None)
+        queue = _lag_queue(snap.pop("delayed", None), self.post.delay, what)
         state = self.engine.restore(snap)
+        if self.post.delay and len(queue) != min(self.post.delay, state.timestep):
+            raise StateError(f"the {what} holds {len(queue)} timesteps waiting for publication, release.delay "
+                             f"{self.post.delay} at timestep {state.timestep} needs "
+                             f"{min(self.post.delay, state.timestep)}: refusing to skip or repeat any")
         if not self.post.stateful:
             if post is not None:
                 raise StateError(f"the {what} carries a smoother's state but release.postprocess is "
                                  f"{self.post.text}: refusing to mix them")
-            return state, self.post.initial()
+            return state, self.post.initial(), queue
         if post is None:
             if state.fresh_count:
                 raise StateError(f"the {what} has no state for release.postprocess {self.post.text}: the "
                                  "smoothed releases cannot be continued (or re-sent) as published; refusing")
-            return state, self.post.initial()
+            return state, self.post.initial(), queue
         try:
-            return state, self.post.state_from_json(post, self.domain.size)
+            return state, self.post.state_from_json(post, self.domain.size), queue
         except (ValueError, TypeError, KeyError) as exc:
             raise StateError(f"the {what} has a broken post-processing state: {exc}") from None
 
@@ -560,7 +626,7 @@ class ReleasePipeline:
             "version": PIPELINE_STATE_VERSION,
             "stream": self.stream_id,
             "config_fingerprint": self.fingerprint,
-            "engine": _with_post(self.engine.snapshot(self._state), self.post, self._post_state),
+            "engine": _with_post(self.engine.snapshot(self._state), self.post, self._post_state, self._lag_queue),
             "window": self.window.snapshot(include_buffers=include_buffers),
         }
 
@@ -581,10 +647,27 @@ class ReleasePipeline:
         return cls(settings, engine_state=entry["engine_state"], window_state=entry["window"], **kwargs)
 
 
-def _with_post(snapshot: dict[str, Any], post: PostProcessor | None, state: PostState) -> dict[str, Any]:
+def _with_post(snapshot: dict[str, Any], post: PostProcessor | None, state: PostState,
+               queue: tuple[tuple[str, bool], ...] = ()) -> dict[str, Any]:
     if post is not None and post.stateful:
         snapshot["postprocess"] = post.state_to_json(state)
+    if post is not None and post.delay:
+        snapshot["delayed"] = [{"message": text, "final": final} for text, final in queue]
     return snapshot
+
+
+def _lag_queue(data: Any, delay: int, what: str) -> tuple[tuple[str, bool], ...]:
+    """The journaled ``release.delay`` queue (:func:`_with_post`)."""
+    if not delay:
+        if data:
+            raise StateError(f"the {what} holds delayed timesteps but release.delay is 0: refusing to drop them")
+        return ()
+    if data is None:
+        data = []
+    try:
+        return tuple((str(d["message"]), bool(d["final"])) for d in data)
+    except (KeyError, TypeError) as exc:
+        raise StateError(f"the {what} has a broken release.delay queue: {exc}") from None
 
 
 def _checksum(entry: Mapping[str, Any]) -> str:

@@ -182,7 +182,8 @@ def replay(
 
         def emit(sealed_list: list[SealedRelease]) -> None:
             for sealed in sealed_list:
-                out.write(sealed.payload)
+                for _, payload in sealed.outputs:  # release.delay: timestep index − k's (none at first)
+                    out.write(payload)
                 summary.add(sealed)
                 if on_release is not None:
                     on_release(sealed)
@@ -208,6 +209,8 @@ def replay(
                                block_size=block_size, on_open=opened)
             summary.rows_read = feed.rows
             summary.accepted = pipe.stats.events_accepted
+        for _, payload in pipe.flush():  # release.delay: the last k timesteps, at the end of the input
+            out.write(payload)
         out.commit()
     summary.seconds = time.perf_counter() - t0
     return summary

@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 from kafka import TopicPartition
 
+from controller.errors import ConfigurationError
 from stream.config import Settings
 from stream.ingest.events import Rejections, parse_times
 from stream.ingest.formats import input_decoder
@@ -270,6 +271,12 @@ class Service:
         s, k = self.settings, self.settings.kafka
         self.health.set(False, "connecting")
         pipeline_probe = ReleasePipeline(s)  # domain message and validation of the config
+        if pipeline_probe.post.delay:
+            # the pipeline publishes delayed timesteps (dpstream replay writes them); the Kafka loop's
+            # journal, recovery and end-of-stream flush do not carry them yet
+            raise ConfigurationError(
+                f"release.delay {pipeline_probe.post.delay}: the Kafka service does not publish delayed "
+                "timesteps yet (dpstream replay and dpstream evaluate do); set release.delay: 0 to run it")
         self.domain_bytes = pipeline_probe.domain_message().to_bytes()
         if k.create_topics:
             created = ensure_topics(k, {k.input_topic: k.topic_partitions, k.output_topic: k.topic_partitions,

@@ -33,8 +33,7 @@ def test_bad_chains_are_refused_with_what_to_do(overrides, message):
         small_settings(**overrides).validate_all()
 
 
-def test_release_delay_goes_with_a_model_step_and_the_service_refuses_it_for_now():
-    from controller.errors import ConfigurationError
+def test_release_delay_goes_with_a_model_step():
     from stream.pipeline import ReleasePipeline
 
     with pytest.raises((ConfigError, ValueError), match="fixed-lag smoother of a model step"):
@@ -44,8 +43,7 @@ def test_release_delay_goes_with_a_model_step_and_the_service_refuses_it_for_now
     s = small_settings(release={"postprocess": "model+nonnegative", "delay": 2}).validate_all()
     assert s.postprocessor().delay == 2
     assert s.fingerprint() != small_settings(release={"postprocess": "model+nonnegative"}).validate_all().fingerprint()
-    with pytest.raises(ConfigurationError, match="does not publish delayed timesteps yet"):
-        ReleasePipeline(s)
+    assert ReleasePipeline(s).post.delay == 2  # the release path publishes it (tests/stream/test_delay_pipeline.py)
     ReleasePipeline(small_settings(release={"postprocess": "model+nonnegative"}).validate_all())  # no delay: runs
 
 
