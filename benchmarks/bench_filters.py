@@ -166,6 +166,9 @@ def main() -> int:
         return 0
     methods = args.methods.split(",")
     rows = []
+    done = set()  # settings already in --rows (a grid restarted after a stop): not measured again
+    if args.rows and args.rows.exists():
+        done = {(r["stream"], r["epsilon"], r["w"]) for r in map(json.loads, args.rows.read_text().splitlines())}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for stream in args.streams.split(","):
@@ -173,6 +176,8 @@ def main() -> int:
             base = yaml.safe_load(cfg_path.read_text())
             for eps in [float(e) for e in args.epsilons.split(",")]:
                 for w in [int(x) for x in args.ws.split(",")]:
+                    if (stream, eps, w) in done:
+                        continue
                     started = time.monotonic()
                     config = json.loads(json.dumps(base))
                     config["privacy"].update({"epsilon": eps, "unit": "w-event", "w": w})
