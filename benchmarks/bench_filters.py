@@ -1,12 +1,26 @@
-"""Model-based post-processing (issue 30): ``dpstream evaluate`` on generated streams, as JSON.
+"""Model-based post-processing and a publication delay (issue 30 item 5): ``dpstream evaluate`` on
+generated streams, side by side with every plain baseline, every published mechanism we ship,
+DSAT/DSFT, ``auto`` from the configuration alone and the zero release. Prints JSON.
 
-    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_filters.py --runs 20 > filters.json
+    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_filters.py --runs 20 \
+        --rows rows.jsonl > filters.json
+    # aggregate rows already written (e.g. after stopping a long grid):
+    python3 benchmarks/bench_filters.py --from-rows rows.jsonl > filters.json
 
-For each stream (``dpstream generate`` families, traffic with its rush hours) and each ε, w it
-writes the generated config with ε and w set, runs ``dpstream evaluate --counts`` on the plain
-baselines and the post-processed variants, and, for ``--delays``, ``uniform+model`` with
-``release.delay: k``. Prints one JSON object: MAE per bin per method per setting, the best plain
-baseline, the best dpstream variant and its gain, the zero release, and the goal counts.
+For each stream (the six ``dpstream generate`` families at scale 1000 with 1 bin; ``traffic``
+with ``--population 2000 --grid 4``: 16 cells, 15-minute timesteps, commuter rush hours every
+weekday, i.e. a real daily cycle of 96 timesteps; ``census`` with ``--population 2000
+--dimensions 2``: age × gender, 192 bins) and each ε, w it writes the generated config with ε and
+w set (w-event), runs ``dpstream evaluate --counts --jobs 1`` on ``--methods``, and, for each
+``--delays`` k, the ``--delay-methods`` (model filters) with ``release.delay: k``. One JSON line
+per setting goes to ``--rows`` as soon as it is measured (and to stderr).
+
+Goals (issue 30), computed per setting:
+  (a) the best dpstream method or variant (anything but the plain baselines and the zero
+      release: DSAT/DSFT, auto, the published mechanisms, the filters, delays included or not)
+      beats the best plain baseline (uniform, fixed, sample, BD, BA) by >= 20 % of its MAE;
+  (b) ``auto`` is within 1.1x of the best of everything measured without a delay (auto has
+      none; the zero release included) and not more than 5 % worse than the zero release.
 """
 
 from __future__ import annotations
@@ -16,20 +30,30 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
 
 PLAIN = ("uniform", "fixed", "sample", "bd", "ba")
+PUBLISHED = ("pegasus", "fast", "adapub", "rescuedp")
+METHODS = (*PLAIN, *PUBLISHED, "dsat", "dsft", "auto",
+           "uniform+nonnegative+kalman", "uniform+ewma+nonnegative", "uniform+model+nonnegative",
+           "uniform+model-perbin+nonnegative", "fixed+model+nonnegative", "sample+model+nonnegative")
+DELAY_METHODS = ("uniform+model+nonnegative", "fixed+model+nonnegative")
+ZERO = "zero-release"
 
 
 def _cli(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "stream.commands.cli", *args], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run([sys.executable, "-m", "stream.commands.cli", *args],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise SystemExit(f"dpstream {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}")
 
 
 def generate(kind: str, out: Path, timesteps: int) -> tuple[Path, Path]:
-    extra = ["--population", "2000", "--grid", "4"] if kind == "traffic" else []
+    extra = {"traffic": ["--population", "2000", "--grid", "4"],
+             "census": ["--population", "2000", "--dimensions", "2"]}.get(kind, [])
     _cli("generate", kind, "--timesteps", str(timesteps), "--seed", "1", "--out", str(out), "--counts-only", *extra)
     counts = next(p for p in out.iterdir() if p.suffix == ".csv")
     return out / "config.yaml", counts
@@ -39,28 +63,112 @@ def evaluate(config: dict, counts: Path, methods: list[str], runs: int, work: Pa
     cfg, res = work / "c.yaml", work / "r.json"
     cfg.write_text(yaml.safe_dump(config))
     _cli("evaluate", "-c", str(cfg), "--input", str(counts), "--counts", "--methods", ",".join(methods),
-         "--runs", str(runs), "--queries", "0", "--json", str(res), "--progress", "off")
+         "--runs", str(runs), "--queries", "0", "--json", str(res), "--progress", "off", "--jobs", "1")
     data = json.loads(res.read_text())
     out = {m: v["mae"] for m, v in data["methods"].items()}
-    out["zero-release"] = data["references"]["zero-release"]["mae"] if "zero-release" in data.get("references", {}) \
-        else None
+    out[ZERO] = data.get("references", {}).get(ZERO, {}).get("mae")
+    auto = [m for m in out if m == "auto" or m.startswith("auto+")]
+    for m in auto:  # the row is named after the planner's filter (auto+kalman): keep it as "auto"
+        out["auto"] = out.pop(m)
+    if "plan" in data:
+        out["_auto_choice"] = data["plan"].get("choice", {}).get("name")
     return out
+
+
+def judge(row: dict) -> dict:
+    """The goal figures of one measured setting (see the module docstring)."""
+    mae = {m: v for m, v in row["mae"].items() if not m.startswith("_") and v is not None}
+    plain = min(mae[m] for m in PLAIN if m in mae)
+    ours = {m: v for m, v in mae.items() if m not in PLAIN and m != ZERO}
+    undelayed = {m: v for m, v in ours.items() if " delay " not in m}
+    best = min(ours, key=ours.get)
+    best_nd = min(undelayed, key=undelayed.get)
+    everything = {m: v for m, v in mae.items() if " delay " not in m}
+    best_all = min(everything, key=everything.get)
+    auto, zero = mae.get("auto"), mae.get(ZERO)
+    return {"best_plain": plain, "best_plain_method": min((m for m in PLAIN if m in mae), key=mae.get),
+            "best_variant": best, "gain": 1 - ours[best] / plain,
+            "best_variant_no_delay": best_nd, "gain_no_delay": 1 - undelayed[best_nd] / plain,
+            "best_overall_no_delay": best_all,
+            "auto_vs_best": None if auto is None else auto / everything[best_all],
+            "auto_vs_zero": None if auto is None or not zero else auto / zero}
+
+
+def summary(rows: list[dict], runs: int) -> dict:
+    n = len(rows)
+    a = sum(r["gain"] >= 0.2 for r in rows)
+    a_nd = sum(r["gain_no_delay"] >= 0.2 for r in rows)
+    within = sum(r["auto_vs_best"] is not None and r["auto_vs_best"] <= 1.1 for r in rows)
+    worse_zero = sum(r["auto_vs_zero"] is not None and r["auto_vs_zero"] > 1.05 for r in rows)
+    return {"runs": runs, "settings": n,
+            "goal_a": {"beats_best_plain_by_20pct": a, "without_delay": a_nd, "met": a >= n / 2,
+                       "met_without_delay": a_nd >= n / 2},
+            "goal_b": {"auto_within_1_1x_of_best": within, "auto_more_than_5pct_worse_than_zeros": worse_zero,
+                       "met": within >= 0.8 * n and worse_zero == 0},
+            "rows": rows}
+
+
+TABLE_1 = (*PLAIN, *PUBLISHED, "dsat", "dsft", "auto", ZERO)
+TABLE_2 = ("uniform+nonnegative+kalman", "uniform+ewma+nonnegative", "uniform+model+nonnegative",
+           "uniform+model-perbin+nonnegative", "fixed+model+nonnegative", "sample+model+nonnegative",
+           "uniform+model+nonnegative delay 1", "uniform+model+nonnegative delay 2",
+           "fixed+model+nonnegative delay 1", "fixed+model+nonnegative delay 2")
+
+
+def _fmt(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1f}" if v >= 1 else f"{v:.2f}"
+
+
+def _ratio(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}×"
+
+
+def markdown(rows: list[dict]) -> str:
+    """The two tables of docs/results.md: mechanisms (auto's choice in brackets), then the filters."""
+    head1 = "| stream | ε | w | " + " | ".join(TABLE_1) + " | auto / best | auto / zeros |"
+    out = [head1, "|" + "---|" * (len(TABLE_1) + 5)]
+    for r in rows:
+        m = r["mae"]
+        cells = [_fmt(m.get(k)) + (f" ({m['_auto_choice']})" if k == "auto" and m.get("_auto_choice") else "")
+                 for k in TABLE_1]
+        out.append(f"| {r['stream']} | {r['epsilon']:g} | {r['w']} | " + " | ".join(cells)
+                   + f" | {_ratio(r['auto_vs_best'])} | {_ratio(r['auto_vs_zero'])} |")
+    short = [k.replace("+nonnegative", "").replace(" delay ", ", delay ") for k in TABLE_2]
+    out += ["", "| stream | ε | w | best plain | " + " | ".join(short) + " | best variant vs best plain |",
+            "|" + "---|" * (len(TABLE_2) + 5)]
+    for r in rows:
+        m = r["mae"]
+        cells = [_fmt(m.get(k)) for k in TABLE_2]
+        best = r["best_variant"].replace("+nonnegative", "")
+        out.append(f"| {r['stream']} | {r['epsilon']:g} | {r['w']} | {_fmt(r['best_plain'])} ({r['best_plain_method']}) | "
+                   + " | ".join(cells) + f" | {r['gain']:.0%} ({best}; {r['gain_no_delay']:.0%} without delay) |")
+    return "\n".join(out)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--streams", default="exponential,sine,lognormal,trend,randomwalk,sudden,traffic")
+    ap.add_argument("--streams", default="exponential,sine,lognormal,trend,randomwalk,sudden,traffic,census")
     ap.add_argument("--epsilons", default="0.1,1")
     ap.add_argument("--ws", default="10,50")
-    ap.add_argument("--methods", default="uniform,fixed,sample,bd,ba,uniform+nonnegative+kalman,"
-                    "uniform+model+nonnegative,sample+model+nonnegative,bd+model+nonnegative,"
-                    "uniform+model-perbin+nonnegative")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--delay-methods", default=",".join(DELAY_METHODS))
     ap.add_argument("--delays", default="1,2")
     ap.add_argument("--timesteps", type=int, default=1000)
+    ap.add_argument("--rows", type=Path, help="append one JSON line per measured setting here")
+    ap.add_argument("--from-rows", type=Path, nargs="+", help="only aggregate the JSON lines of earlier --rows files")
+    ap.add_argument("--markdown", action="store_true", help="with --from-rows: print the docs/results.md tables")
     args = ap.parse_args()
+    if args.from_rows:
+        rows = [json.loads(line) for f in args.from_rows for line in f.read_text().splitlines() if line.strip()]
+        rows = [{**r, **judge(r)} for r in rows]
+        print(markdown(rows) if args.markdown else json.dumps(summary(rows, rows[0]["runs"] if rows else 0), indent=1))
+        return 0
     methods = args.methods.split(",")
     rows = []
+    done = set()  # settings already in --rows (a grid restarted after a stop): not measured again
+    if args.rows and args.rows.exists():
+        done = {(r["stream"], r["epsilon"], r["w"]) for r in map(json.loads, args.rows.read_text().splitlines())}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for stream in args.streams.split(","):
@@ -68,23 +176,27 @@ def main() -> int:
             base = yaml.safe_load(cfg_path.read_text())
             for eps in [float(e) for e in args.epsilons.split(",")]:
                 for w in [int(x) for x in args.ws.split(",")]:
+                    if (stream, eps, w) in done:
+                        continue
+                    started = time.monotonic()
                     config = json.loads(json.dumps(base))
                     config["privacy"].update({"epsilon": eps, "unit": "w-event", "w": w})
                     maes = evaluate(config, counts, methods, args.runs, work)
                     for k in [int(d) for d in args.delays.split(",") if d]:
                         delayed = json.loads(json.dumps(config))
-                        delayed["release"].update({"postprocess": "model+nonnegative", "delay": k})
-                        maes[f"uniform+model+nonnegative delay {k}"] = evaluate(
-                            delayed, counts, ["uniform+model+nonnegative"], args.runs, work)["uniform+model+nonnegative"]
-                    plain = min(maes[m] for m in PLAIN if m in maes)
-                    ours = {m: v for m, v in maes.items() if m not in PLAIN and m != "zero-release" and v is not None}
-                    best = min(ours, key=ours.get)
-                    rows.append({"stream": stream, "epsilon": eps, "w": w, "mae": maes, "best_plain": plain,
-                                 "best_variant": best, "gain": 1 - ours[best] / plain})
-                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    met = sum(r["gain"] >= 0.2 for r in rows)
-    print(json.dumps({"runs": args.runs, "settings": len(rows), "beats_best_plain_by_20pct": met,
-                      "goal_half_of_settings": met >= len(rows) / 2, "rows": rows}, indent=1))
+                        delayed.setdefault("release", {}).update({"postprocess": "model+nonnegative", "delay": k})
+                        got = evaluate(delayed, counts, args.delay_methods.split(","), args.runs, work)
+                        for m in args.delay_methods.split(","):
+                            maes[f"{m} delay {k}"] = got[m]
+                    row = {"stream": stream, "epsilon": eps, "w": w, "runs": args.runs, "mae": maes,
+                           "seconds": round(time.monotonic() - started, 1)}
+                    rows.append({**row, **judge(row)})
+                    line = json.dumps(row)
+                    print(line, file=sys.stderr, flush=True)
+                    if args.rows:
+                        with args.rows.open("a") as fh:
+                            fh.write(line + "\n")
+    print(json.dumps(summary(rows, args.runs), indent=1))
     return 0
 
 
