@@ -278,11 +278,13 @@ class VectorResult:
 
 
 class _Metrics:
-    """The :class:`stream.lab.metrics.ErrorAccumulator` sums for R runs at once.
+    """The figures of :class:`stream.lab.metrics.RunErrors` for R runs, buffered in blocks.
 
     The published counts of every run are buffered for a block of timesteps and compared with the
     truth in one pass per block. Identical range queries are answered once and weighted by how often
-    they occur (with one bin every query is the same one)."""
+    they occur (with one bin every query is the same one). Still a second implementation of the
+    error figures (issue 29): it goes with the kernels, or becomes a buffer in front of
+    ``RunErrors.add_block``."""
 
     BLOCK = 128
 
