@@ -20,7 +20,7 @@ import numpy as np
 
 from histogram.errors import MechanismError
 
-__all__ = ["l1_distance", "FIXED_POINT_BITS"]
+__all__ = ["l1_distance", "l1_distance_rows", "FIXED_POINT_BITS"]
 
 FIXED_POINT_BITS = 16
 
@@ -41,3 +41,24 @@ def l1_distance(true_counts: np.ndarray, release: np.ndarray) -> int:
     fixed = np.rint(np.asarray(release, dtype=np.float64) * scale).astype(np.int64)
     total = int(np.abs(true * scale - fixed).sum(dtype=np.int64))
     return total >> FIXED_POINT_BITS  # floor division by 2^16, exact
+
+
+def l1_distance_rows(true_counts: np.ndarray, releases: np.ndarray) -> np.ndarray:
+    """:func:`l1_distance` of one true histogram (``(U,)``) and each row of ``releases``
+    (``(R, U)``, integer or float), as an int64 array of R values, each exactly what
+    :func:`l1_distance` gives for that row (the same fixed-point rounding for float releases).
+
+    Raw-data derived: use only inside a charged query.
+    """
+    releases = np.asarray(releases)
+    if releases.ndim != 2 or releases.shape[1:] != true_counts.shape:
+        raise MechanismError(f"releases of shape {releases.shape} do not match one histogram of shape "
+                             f"{true_counts.shape}: pass (runs, bins)")
+    true = true_counts.astype(np.int64, copy=False)
+    if releases.dtype.kind in "iu":
+        return np.abs(true - releases.astype(np.int64, copy=False)).sum(axis=1, dtype=np.int64)
+    if not np.all(np.isfinite(releases)):
+        raise MechanismError("a release with NaN or infinite counts cannot be compared")
+    scale = 1 << FIXED_POINT_BITS
+    fixed = np.rint(releases.astype(np.float64, copy=False) * scale).astype(np.int64)
+    return np.abs(true * scale - fixed).sum(axis=1, dtype=np.int64) >> FIXED_POINT_BITS

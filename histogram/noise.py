@@ -43,6 +43,8 @@ from histogram.errors import NoiseError
 
 __all__ = [
     "NoiseDrawer",
+    "RunsNoise",
+    "DrawerNoise",
     "GeneratorDrawer",
     "Randomness",
     "exact_scale",
@@ -78,6 +80,57 @@ class NoiseDrawer(Protocol):
         ``numerator`` is a non-negative int64 array, ``denominator`` a positive int.
         """
         ...
+
+
+@runtime_checkable
+class RunsNoise(Protocol):
+    """Noise for R independent runs of one policy (a runs axis, :mod:`controller.policies.base`).
+
+    Every value is exact discrete Laplace; where it comes from is the caller's choice: the service's
+    one run draws from the timestep's own drawer (:class:`DrawerNoise`), the lab from a pooled or a
+    replayable source (:mod:`stream.lab.noise`). A policy's rule is the same code either way.
+    """
+
+    def begin(self, t: int) -> None:
+        """Timestep ``t`` starts (drawers of the previous one are done)."""
+        ...
+
+    def laplace(self, runs: np.ndarray, scale: Fraction, size: int | None) -> np.ndarray:
+        """``DLap(scale)`` for each run in ``runs``: shape ``(len(runs),)`` or ``(len(runs), size)``."""
+        ...
+
+    def laplace_each(self, runs: np.ndarray, num: np.ndarray, den: np.ndarray, size: int) -> np.ndarray:
+        """``(len(runs), size)`` values, row i of scale ``num[i]/den[i]`` (positive ints)."""
+        ...
+
+
+class DrawerNoise:
+    """One run's :class:`RunsNoise` over one timestep's :class:`NoiseDrawer` (the service's run).
+
+    Each call is one call of the drawer's :meth:`~NoiseDrawer.discrete_laplace`, in the order the
+    policy asks, so a rule written over runs draws exactly what the one-run rule drew before."""
+
+    def __init__(self, drawer: NoiseDrawer) -> None:
+        self.drawer = drawer
+
+    def begin(self, t: int) -> None:
+        return None
+
+    def laplace(self, runs: np.ndarray, scale: Fraction, size: int | None) -> np.ndarray:
+        n = len(runs)
+        if n == 0:
+            return np.zeros((0,) if size is None else (0, int(size)), dtype=np.int64)
+        if n != 1:
+            raise NoiseError(f"DrawerNoise serves one run, asked for {n}: use a lab noise source for R > 1")
+        value = self.drawer.discrete_laplace(scale, size)
+        if size is None:
+            return np.array([int(value)], dtype=np.int64)
+        return np.asarray(value, dtype=np.int64).reshape(1, int(size))
+
+    def laplace_each(self, runs: np.ndarray, num: np.ndarray, den: np.ndarray, size: int) -> np.ndarray:
+        if len(runs) == 0:
+            return np.zeros((0, int(size)), dtype=np.int64)
+        return self.laplace(runs, Fraction(int(num[0]), int(den[0])), size)
 
 
 def _check_scale(scale: Fraction) -> float:

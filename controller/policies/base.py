@@ -25,8 +25,9 @@ import numpy as np
 from controller.accountant import Accountant
 from controller.ledger import AccountantLedger, RunsLedger
 from controller.units import PrivacyUnit
+from histogram.distance import l1_distance_rows
 from histogram.mechanism import Mechanism
-from histogram.noise import NoiseDrawer
+from histogram.noise import DrawerNoise, NoiseDrawer, RunsNoise
 
 __all__ = ["Decision", "DecisionContext", "DecisionPolicy", "REPUBLISH", "fresh", "RunsContext", "RunsDecision",
            "RunsPolicy", "amounts_for", "decide_one"]
@@ -134,12 +135,31 @@ class RunsContext:
         runs: R.
         ledger: the runs' window ledgers (charge before drawing); amounts in its representation.
         fresh_count: ``(R,)`` fresh releases published so far in each run (public).
+        counts: the true histogram, ``(U,)``, shared by the runs (private: read only through
+            charged noise, e.g. :meth:`l1`).
+        last: ``(R, U)`` each run's last release (public; zeros before a run's first release).
+        has_last: ``(R,)`` whether a run has released anything yet (public).
+        noise: where the runs' decision noise comes from (:class:`histogram.noise.RunsNoise`):
+            the timestep's own drawer for the service's one run, a lab source for R runs.
+        mechanism: the release mechanism (its public error model and noise scale).
     """
 
     timestep: int
     runs: int
     ledger: RunsLedger
     fresh_count: np.ndarray
+    counts: np.ndarray | None = None
+    last: np.ndarray | None = None
+    has_last: np.ndarray | None = None
+    noise: RunsNoise | None = None
+    mechanism: Mechanism | None = None
+
+    def l1(self, rows: np.ndarray) -> np.ndarray:
+        """Exact ``floor(Σ|counts − last[r]|)`` for each run in ``rows`` (int64; raw-data derived:
+        use only inside a charged query, as :func:`histogram.distance.l1_distance`)."""
+        if self.counts is None or self.last is None:
+            raise ValueError("this RunsContext carries no histogram: the caller must pass counts and last")
+        return l1_distance_rows(self.counts, self.last[rows])
 
 
 def amounts_for(amount: Any, rows: np.ndarray) -> np.ndarray:
@@ -169,7 +189,10 @@ class RunsPolicy(Protocol):
 def decide_one(policy: RunsPolicy, state: Any, ctx: DecisionContext) -> tuple[Decision, Any]:
     """The service's single run: ``policy.decide_runs`` on the engine's own exact accountant."""
     ledger = AccountantLedger([ctx.accountant])  # type: ignore[list-item]
-    runs_ctx = RunsContext(ctx.timestep, 1, ledger, np.array([ctx.fresh_count], dtype=np.int64))
+    runs_ctx = RunsContext(ctx.timestep, 1, ledger, np.array([ctx.fresh_count], dtype=np.int64),
+                           counts=ctx.counts, last=ctx.last_counts[None, :],
+                           has_last=np.array([ctx.fresh_count > 0]), noise=DrawerNoise(ctx.noise),
+                           mechanism=ctx.mechanism)
     decision, state = policy.decide_runs(state, runs_ctx)
     if decision.rows.size:
         return fresh(Fraction(decision.amounts[0]), decision.reason), state
