@@ -179,7 +179,18 @@ class RunsDecision:
 
 @runtime_checkable
 class RunsPolicy(Protocol):
-    """A policy whose decision rule is written over a runs axis (uniform, fixed, Sample)."""
+    """A policy whose decision rule is written over a runs axis (uniform, fixed, Sample, …).
+
+    Optional, for policies with state or a smoother (the lab's one runner,
+    ``stream.lab.vectorised._PolicyKernel``, calls them when present):
+
+    * ``reset_runs(runs: int) -> state`` — the state of R runs before the first timestep
+      (arrays with a leading runs axis; default ``None``);
+    * ``after_runs(state, ctx, rows, noisy) -> (published, state)`` — called after the fresh runs
+      ``rows`` were charged and drew their release ``noisy`` (``(len(rows), U)``); returns what they
+      publish (a smoother or filter of public values; default ``noisy``);
+    * ``runs_publish_float: bool`` — whether published releases are floats (a filter).
+    """
 
     def decide_runs(self, state: Any, ctx: RunsContext) -> tuple[RunsDecision, Any]:
         """Decide this timestep for every run; may charge ``ctx.ledger`` (before drawing)."""

@@ -429,19 +429,34 @@ class _Kernel:
         return noisy
 
 
-class _Schedule(_Kernel):
-    """Uniform, fixed (Sample of C) and Sample: a public schedule, checked against the ledger."""
-
+class _PolicyKernel(_Kernel):
+    """A policy that decides over a runs axis itself (:class:`controller.policies.base.RunsPolicy`):
+    its own ``decide_runs`` (the rule the service runs with one run), its optional ``reset_runs(R)``
+    (state for R runs; default None) and ``after_runs(state, ctx, rows, noisy)`` (what the fresh runs
+    publish, e.g. a smoother; default the noisy release). No rule of its own here."""
 
     def __init__(self, policy: Any, run: _Run) -> None:
         super().__init__(policy, run)
+        reset = getattr(policy, "reset_runs", None)
+        self.state = reset(run.R) if reset is not None else None
         self.fresh_count = np.zeros(run.R, dtype=np.int64)
+        self.published_float = bool(getattr(policy, "runs_publish_float", False))
+        self.ctx: RunsContext | None = None
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """The policy's own rule over the runs (:meth:`~controller.policies.base.RunsPolicy.decide_runs`)."""
-        decision, _ = self.p.decide_runs(None, RunsContext(t, self.run.R, self.run.ledger, self.fresh_count))
+        run = self.run
+        self.ctx = RunsContext(t, run.R, run.ledger, self.fresh_count, counts=run.truth[t], last=run.last,
+                               has_last=run.has_last, noise=run.noise, mechanism=run.mech)
+        decision, self.state = self.p.decide_runs(self.state, self.ctx)
         self.fresh_count[decision.rows] += 1
         return decision.rows, decision.amounts
+
+    def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
+        after = getattr(self.p, "after_runs", None)
+        if after is None:
+            return noisy
+        out, self.state = after(self.state, self.ctx, rows, noisy)
+        return out
 
 
 class _Sampling(_Kernel):
@@ -703,9 +718,9 @@ class _Fast(_Kernel):
 
 
 _KERNELS: dict[type, type[_Kernel]] = {
-    UniformPolicy: _Schedule,
-    FixedPolicy: _Schedule,
-    SamplePolicy: _Schedule,
+    UniformPolicy: _PolicyKernel,
+    FixedPolicy: _PolicyKernel,
+    SamplePolicy: _PolicyKernel,
     WEventSamplingPolicy: _Sampling,
     BudgetDistribution: _Kellaris,
     BudgetAbsorption: _Kellaris,
