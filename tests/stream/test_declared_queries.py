@@ -219,3 +219,17 @@ def test_a_restored_engine_continues_the_private_alerts_exactly() -> None:
         release, state = engine.step(state, counts[t], noise.drawer("x", t))
         assert release.private_alerts == straight[t].private_alerts and release.ledger == straight[t].ledger
     assert any(r.private_alerts[0]["fired"] for r in straight[6:])
+
+
+def test_noise_floor_warning_uses_the_epsilon_left_after_the_private_alerts() -> None:
+    """check-config's DSAT noise-floor diagnosis reads the release ε of the engine the service runs:
+    with half the budget given to private alerts the fresh release's ε halves and the floor rises."""
+    from stream.planning.diagnostics import threshold_below_noise_floor
+
+    base = {"release": {"decision": "dsat", "threshold": 0.0001},
+            "privacy": {"epsilon": 8, "horizon": 20, "cutoff": 4, "population": 1000}}
+    plain = threshold_below_noise_floor(small_settings(**base))
+    shared = threshold_below_noise_floor(small_settings(queries=PRIVATE, alerts={"private_share": "1/2"}, **base))
+    assert plain is not None and shared is not None
+    assert shared.release_epsilon == plain.release_epsilon / 2
+    assert shared.noise_floor_counts > plain.noise_floor_counts
