@@ -35,6 +35,9 @@ __all__ = ["Answer", "CountsAnswers", "CopulaAnswers", "TablesAnswers", "check_b
 
 Subset = tuple[int, ...]
 
+#: where an answer comes from when attributes wider than the released tables are taken as independent
+INDEPENDENT_SOURCE = "released one-way tables, attributes taken as independent"
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -164,11 +167,18 @@ class CopulaAnswers:
 
 @dataclass(frozen=True)
 class TablesAnswers:
-    """Released marginal tables (k-way marginals), keyed by attribute tuple (increasing)."""
+    """Released marginal tables (k-way marginals), keyed by attribute tuple (increasing).
+
+    ``independent``: a query wider than every released table, with no synthetic sample, is
+    answered as if its attributes were independent (the total times the product of the one-way
+    shares; :attr:`Answer.source` says so) instead of raising. Off by default: the query API
+    asks the operator to configure a sample; the lab's evaluation of R = 1 turns it on.
+    """
 
     levels: tuple[int, ...]
     tables: Mapping[Subset, np.ndarray]
     synthetic: np.ndarray | None = None
+    independent: bool = False
 
     def __post_init__(self) -> None:
         tables = {}
@@ -202,9 +212,18 @@ class TablesAnswers:
             cells = tuple(slice(int(lo[a]), int(hi[a]) + 1) for a in key)
             return Answer(float(self.tables[key][cells].sum()), f"released table {'×'.join(map(str, key))}")
         if self.synthetic is None:
+            if self.independent and all((a,) in self.tables for a in active):
+                share = float(np.prod([self._share(a)[lo[a]:hi[a] + 1].sum() for a in active]))
+                return Answer(self.total * share, INDEPENDENT_SOURCE)
             raise _needs_sample("a box", len(active), "release.marginals.synthetic_size")
         share = _sample_box(self.synthetic, lo, hi, active)
         return Answer(self.total * share, f"synthetic sample of {self.synthetic.shape[0]} records")
+
+    def _share(self, a: int) -> np.ndarray:
+        """Attribute ``a``'s released one-way table as shares (uniform when it sums to 0)."""
+        t = self.tables[(a,)]
+        total = float(t.sum())
+        return t / total if total > 0 else np.full(t.size, 1.0 / t.size)
 
     def marginal(self, attributes) -> Answer:
         attrs = _check_attrs(self.levels, attributes)
@@ -214,6 +233,11 @@ class TablesAnswers:
             kept = [a for a in key if a in attrs]
             return Answer(np.transpose(t, [kept.index(a) for a in attrs]), f"released table {'×'.join(map(str, key))}")
         if self.synthetic is None:
+            if self.independent and all((a,) in self.tables for a in attrs):
+                out = np.asarray(self.total)
+                for a in attrs:
+                    out = np.multiply.outer(out, self._share(a))
+                return Answer(out, INDEPENDENT_SOURCE)
             raise _needs_sample("a marginal", len(attrs), "release.marginals.synthetic_size")
         table = _sample_table(self.synthetic, self.levels, attrs) * self.total
         return Answer(table, f"synthetic sample of {self.synthetic.shape[0]} records")

@@ -30,7 +30,9 @@ runs as ``release.mechanism`` in ``settings.engine()`` (DSAT/DSFT with their dis
 mechanism's decision space), stepped with the drawers ``replay --seed seed+r`` uses on what the
 service steps on — the bounded records (:class:`histogram.records.RecordTable`) for a model, the
 histogram for LPA and PSD (only where it fits, ``max_cells``) — and the lab answers the queries
-from the very model the engine released (:func:`_run_engine`).
+from the very model the engine released (:func:`_run_engine`), with the query API's own answerers
+(:mod:`histogram.model_query`: what a dashboard gets from the release message; k-way R = 1 with
+``independent=True``, its one-way tables taken as independent for wider queries).
 
 Queries (public, :func:`stream.lab.highdim.query_workload`): ``queries`` random
 boxes of each kind ``range1``, ``range2``, ``range3`` (1, 2, 3 constrained
@@ -54,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from histogram.model_query import Answer, CopulaAnswers, CountsAnswers, TablesAnswers
 from histogram.noise import NoiseDrawer, Randomness
 from histogram.records import RecordTable
 from stream.config import Settings
@@ -143,97 +146,28 @@ def _truth(x: np.ndarray, levels: tuple[int, ...], workload: dict[str, tuple[np.
 # -- one release and its answers ----------------------------------------------------
 
 
-class _Answers:
-    """Box and marginal answers of one release (all post-processing of it)."""
-
-    def box(self, lo: np.ndarray, hi: np.ndarray) -> float:
-        raise NotImplementedError
-
-    def marginal(self, attrs: tuple[int, ...]) -> np.ndarray:
-        raise NotImplementedError
-
-
-class _Zeros(_Answers):
+class _Zeros:
     """Before the first release: nothing published, every answer 0."""
 
     def __init__(self, levels: tuple[int, ...]) -> None:
         self.levels = levels
 
-    def box(self, lo, hi) -> float:
-        return 0.0
+    def box(self, lo, hi) -> Answer:
+        return Answer(0.0, "nothing published")
 
-    def marginal(self, attrs):
-        return np.zeros(tuple(self.levels[a] for a in attrs))
-
-
-class _HistogramAnswers(_Answers):
-    def __init__(self, counts: np.ndarray, levels: tuple[int, ...]) -> None:
-        self.h = np.asarray(counts, dtype=np.float64).reshape(levels)
-        self.m = len(levels)
-        self._cache: dict[tuple[int, ...], np.ndarray] = {}
-
-    def box(self, lo, hi) -> float:
-        return float(self.h[tuple(slice(int(a), int(b) + 1) for a, b in zip(lo, hi, strict=True))].sum())
-
-    def marginal(self, attrs):
-        if attrs not in self._cache:
-            self._cache[attrs] = self.h.sum(axis=tuple(i for i in range(self.m) if i not in attrs))
-        return self._cache[attrs]
+    def marginal(self, attrs) -> Answer:
+        return Answer(np.zeros(tuple(self.levels[a] for a in attrs)), "nothing published")
 
 
-def _sample_share(sample: np.ndarray, top: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
-    """Share of the synthetic records inside the box ``lo ≤ x ≤ hi`` (``top``: each attribute's last level)."""
-    inside = np.ones(sample.shape[0], dtype=bool)
-    for j in np.flatnonzero((lo > 0) | (hi < top)):
-        inside &= (sample[:, j] >= lo[j]) & (sample[:, j] <= hi[j])
-    return float(inside.mean()) if sample.shape[0] else 0.0
+#: what answers the workload from one release: the query API's own answerers
+#: (:mod:`histogram.model_query`, what a dashboard gets from the release message), or nothing yet
+_Answers = CountsAnswers | CopulaAnswers | TablesAnswers | _Zeros
 
 
-class _CopulaAnswers(_Answers):
-    """Closed forms / quadrature for boxes over ≤ 3 attributes; wider boxes from the synthetic
-    sample (the model's latent-sample estimate: level v ⇔ t[v] < z ≤ t[v+1])."""
-
-    def __init__(self, model: Any, sample: np.ndarray) -> None:
-        self.model = model
-        self.sample = sample.astype(np.int16)
-        self.top = np.asarray(model.levels) - 1
-
-    def box(self, lo, hi) -> float:
-        if int(((lo > 0) | (hi < self.top)).sum()) <= 3:
-            return self.model.range_count(lo, hi)
-        return self.model.total * _sample_share(self.sample, self.top, lo, hi)
-
-    def marginal(self, attrs):
-        return self.model.marginal(attrs)
-
-
-class _KWayAnswers(_Answers):
-    def __init__(self, rel: Any, synthetic: np.ndarray | None, levels: tuple[int, ...]) -> None:
-        self.rel = rel
-        self.syn = None if synthetic is None else synthetic.astype(np.int16)
-        self.top = np.asarray(levels) - 1
-
-    def _share(self, j: int) -> np.ndarray:
-        p = self.rel.marginal((j,))
-        return p / p.sum() if p.sum() > 0 else np.full(p.size, 1.0 / p.size)
-
-    def box(self, lo, hi) -> float:
-        active = np.flatnonzero((lo > 0) | (hi < self.top))
-        if active.size <= self.rel.max_order:
-            return self.rel.range_count(lo, hi)
-        if self.syn is None:  # R = 1: attributes taken as independent
-            return self.rel.total * float(np.prod([self._share(j)[lo[j]:hi[j] + 1].sum() for j in active]))
-        return self.rel.total * _sample_share(self.syn, self.top, lo, hi)
-
-    def marginal(self, attrs):
-        if len(attrs) <= self.rel.max_order:
-            return self.rel.marginal(attrs)
-        if self.syn is None:
-            out = np.asarray(self.rel.total)
-            for j in attrs:
-                out = np.multiply.outer(out, self._share(j))
-            return out
-        return _table(self.syn, tuple(int(t) + 1 for t in self.top), attrs) * self.rel.total / max(1, self.syn.shape[0])
+def _kway_answers(rel: Any, synthetic: np.ndarray | None, levels: tuple[int, ...]) -> TablesAnswers:
+    """A k-way release's tables; with R = 1 (no synthetic sample) wider queries take the attributes
+    as independent (:attr:`TablesAnswers.independent`)."""
+    return TablesAnswers(levels, rel.tables, synthetic, independent=True)
 
 
 Releaser = Callable[[np.ndarray, Fraction, NoiseDrawer, NoiseDrawer], _Answers]
@@ -253,7 +187,7 @@ def _releaser(name: str, settings: Settings, levels: tuple[int, ...], synthetic:
         def release_hist(x, eps, noise, _syn):
             flat = np.ravel_multi_index(tuple(x.T), levels) if x.shape[0] else np.zeros(0, np.int64)
             counts = np.bincount(flat, minlength=cells).astype(np.int64)
-            return _HistogramAnswers(mech.release(counts, eps, noise).counts, levels)
+            return CountsAnswers(mech.release(counts, eps, noise).counts, levels)
 
         return release_hist
     if name.startswith("copula"):
@@ -261,14 +195,14 @@ def _releaser(name: str, settings: Settings, levels: tuple[int, ...], synthetic:
 
         def release_copula(x, eps, noise, syn):
             model = cop.release(x, eps, noise).model
-            return _CopulaAnswers(model, model.sample(synthetic, syn))
+            return CopulaAnswers(model, model.sample(synthetic, syn))
 
         return release_copula
     kway = mech.kway
 
     def release_kway(x, eps, noise, syn):
         rel = kway.release(x, eps, noise)
-        return _KWayAnswers(rel, rel.synthesize(synthetic, syn) if kway.max_order >= 2 else None, levels)
+        return _kway_answers(rel, rel.synthesize(synthetic, syn) if kway.max_order >= 2 else None, levels)
 
     return release_kway
 
@@ -415,14 +349,14 @@ def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth
         if release.kind == "fresh":
             syn = rnd.drawer(stream_id, t, f"synthetic/{name}")
             if recorder is None:
-                answers: _Answers = _HistogramAnswers(np.asarray(release.counts), levels)
+                answers: _Answers = CountsAnswers(np.asarray(release.counts), levels)
             elif name.startswith("copula"):
                 model = recorder.last.model
-                answers = _CopulaAnswers(model, model.sample(synthetic, syn))
+                answers = CopulaAnswers(model, model.sample(synthetic, syn))
             else:
                 model = recorder.last
-                answers = _KWayAnswers(model, model.synthesize(synthetic, syn) if model.max_order >= 2 else None,
-                                       levels)
+                answers = _kway_answers(model, model.synthesize(synthetic, syn) if model.max_order >= 2 else None,
+                                        levels)
             published = _publish(answers, workload, tables)
             out.fresh += 1
         out.seconds += time.process_time() - start
@@ -449,8 +383,9 @@ class _Published:
 
 
 def _publish(ans: _Answers, workload, tables) -> _Published:
-    boxes = {kind: np.array([ans.box(lo[q], hi[q]) for q in range(lo.shape[0])]) for kind, (lo, hi) in workload.items()}
-    return _Published(boxes, {a: np.asarray(ans.marginal(a), dtype=np.float64) for a in tables})
+    boxes = {kind: np.array([ans.box(lo[q], hi[q]).value for q in range(lo.shape[0])])
+             for kind, (lo, hi) in workload.items()}
+    return _Published(boxes, {a: np.asarray(ans.marginal(a).value, dtype=np.float64) for a in tables})
 
 
 def _errors(pub: _Published, truth: _Truth, workload, sanity: float) -> dict[str, float]:

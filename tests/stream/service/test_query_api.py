@@ -152,3 +152,17 @@ def test_answerers_against_brute_force():
     assert np.allclose(kw.marginal((1, 0)).value, np.arange(12.0).reshape(3, 4).T)
     with pytest.raises(MechanismError, match="low <= high"):
         kw.box([2, 0], [1, 3])
+
+
+def test_one_way_tables_answer_wider_queries_only_when_independence_is_asked() -> None:
+    """R = 1 releases one-way tables only: the query API refuses a two-attribute box (configure a
+    sample); the lab's evaluation asks for the independence estimate, which says it is one."""
+    tables = {(0,): np.array([10.0, 20, 30]), (1,): np.array([30.0, 10, 10, 10])}
+    with pytest.raises(MechanismError, match="synthetic_size"):
+        TablesAnswers((3, 4), tables).box([1, 0], [2, 0])
+    ind = TablesAnswers((3, 4), tables, independent=True)
+    box = ind.box([1, 0], [2, 0])
+    assert box.value == pytest.approx(60 * (50 / 60) * (30 / 60)) and "independent" in box.source
+    table = ind.marginal((1, 0)).value
+    assert table.shape == (4, 3) and np.allclose(table, 60 * np.outer([0.5, 1 / 6, 1 / 6, 1 / 6], [1 / 6, 1 / 3, 0.5]))
+    assert ind.box([1, 0], [1, 3]).value == 20  # a one-attribute box still comes from its table
