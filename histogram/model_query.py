@@ -184,7 +184,7 @@ class TablesAnswers:
         tables = {}
         for key, t in self.tables.items():
             key = tuple(int(a) for a in key)
-            arr = np.maximum(np.asarray(t, dtype=np.float64), 0.0)
+            arr = np.asarray(t, dtype=np.float64)  # as released: negative cells kept (see box)
             if key != tuple(sorted(set(key))) or arr.size != int(np.prod([self.levels[a] for a in key])):
                 raise MechanismError(f"released table over {key} does not fit the domain")
             tables[key] = arr.reshape(tuple(self.levels[a] for a in key))
@@ -196,7 +196,7 @@ class TablesAnswers:
     @property
     def total(self) -> float:
         one_way = [float(t.sum()) for k, t in self.tables.items() if len(k) == 1]
-        return float(np.mean(one_way)) if one_way else float(next(iter(self.tables.values())).sum())
+        return max(0.0, float(np.mean(one_way)) if one_way else float(next(iter(self.tables.values())).sum()))
 
     def _covering(self, attrs: Subset) -> Subset | None:
         need = set(attrs)
@@ -209,8 +209,10 @@ class TablesAnswers:
             return Answer(self.total, "released one-way tables (total)")
         key = self._covering(active)
         if key is not None:
+            # the released cells summed as they are (their noise has mean 0), then the answer clamped
+            # at 0: clamping each cell first would add the positive part of every empty cell's noise
             cells = tuple(slice(int(lo[a]), int(hi[a]) + 1) for a in key)
-            return Answer(float(self.tables[key][cells].sum()), f"released table {'×'.join(map(str, key))}")
+            return Answer(max(0.0, float(self.tables[key][cells].sum())), f"released table {'×'.join(map(str, key))}")
         if self.synthetic is None:
             if self.independent and all((a,) in self.tables for a in active):
                 share = float(np.prod([self._share(a)[lo[a]:hi[a] + 1].sum() for a in active]))
@@ -221,7 +223,7 @@ class TablesAnswers:
 
     def _share(self, a: int) -> np.ndarray:
         """Attribute ``a``'s released one-way table as shares (uniform when it sums to 0)."""
-        t = self.tables[(a,)]
+        t = np.maximum(self.tables[(a,)], 0.0)
         total = float(t.sum())
         return t / total if total > 0 else np.full(t.size, 1.0 / t.size)
 
@@ -229,7 +231,7 @@ class TablesAnswers:
         attrs = _check_attrs(self.levels, attributes)
         key = self._covering(attrs)
         if key is not None:
-            t = self.tables[key].sum(axis=tuple(i for i, a in enumerate(key) if a not in attrs))
+            t = np.maximum(self.tables[key].sum(axis=tuple(i for i, a in enumerate(key) if a not in attrs)), 0.0)
             kept = [a for a in key if a in attrs]
             return Answer(np.transpose(t, [kept.index(a) for a in attrs]), f"released table {'×'.join(map(str, key))}")
         if self.synthetic is None:
