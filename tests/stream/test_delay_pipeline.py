@@ -119,26 +119,6 @@ def test_replay_writes_the_delayed_stream(tmp_path):
     assert lines[1:] == expected
 
 
-def test_the_kafka_service_refuses_a_delay_for_now(tmp_path, monkeypatch):
-    """The Kafka loop's journal and recovery do not carry delayed timesteps yet: it says so at start-up."""
-    import threading
-
-    import stream.service.loop as loop_mod
-    from controller.errors import ConfigurationError
-    from stream.service.http import Health
-    from stream.service.metrics import Metrics
-    from stream.service.testing import FakeKafka, fake_kafka_parts
-
-    for name, value in fake_kafka_parts(FakeKafka(start=1_700_000_000.0, output_topic="out")).items():
-        monkeypatch.setattr(loop_mod, name, value)
-    s = small_settings(privacy={"epsilon": 20}, release={"postprocess": "model", "delay": K},
-                       service={"state_dir": str(tmp_path)}).validate_all()
-    svc = loop_mod.Service(s, metrics=Metrics(), health=Health(), stop=threading.Event(), max_timesteps=3)
-    with pytest.raises(ConfigurationError, match="Kafka service does not publish delayed timesteps yet"):
-        svc.start()
-    svc.close()
-
-
 def test_noise_is_drawn_once_per_timestep_whatever_the_delay():
     """The delay is post-processing: the engine's releases (kind, ε) are those of the undelayed stream."""
     a, b = ReleasePipeline(_settings()), ReleasePipeline(_settings(0, "model+nonnegative"))

@@ -1,0 +1,138 @@
+"""``release.delay: k`` through the Kafka service (``Service.start()``/``run()``, the real journal,
+Kafka faked in process, seeded noise).
+
+The step that seals timestep ``t`` publishes timestep ``t − k``'s message; the last ``k`` go out in
+the final checkpoint's transaction at a clean end (``--max-timesteps``). A stop (the stop flag,
+as SIGTERM sets it) keeps them queued in the journaled engine snapshot, and a crash between
+journal and commit re-sends the journaled checkpoint byte for byte: either way the output topic
+ends up with every timestep exactly once, in order, with the bytes of an uninterrupted run. The
+same through the embedded broker with kill -9s is ``test_delay_kafka.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+import stream.service.loop as loop_mod
+from stream.config import load_settings
+from stream.service.http import Health
+from stream.service.journal import Journal
+from stream.service.metrics import Metrics
+from stream.service.testing import FakeKafka, fake_kafka_parts
+
+START = 1_700_000_000.0
+TIMESTEPS = 14
+K = 2
+
+
+class _Crash(BaseException):
+    """Stands in for kill -9 at a failpoint."""
+
+
+def _settings(state_dir, delay: int = K, chain: str = "model+nonnegative"):
+    return load_settings(None, **{
+        "stream": {"id": "lagged", "timestep": "1s", "start": "2023-11-14T22:13:20Z"},
+        "schema": {"attributes": [{"name": "x", "kind": "numeric", "min": 0, "max": 100, "bins": 5,
+                                   "out_of_range": "reject"}]},
+        "privacy": {"unit": "w-event", "epsilon": 1, "w": 4, "cutoff": 2, "population": 100},
+        "release": {"decision": "uniform", "mechanism": "lpa", "postprocess": chain, "delay": delay},
+        "randomness": {"seed": 7, "allow_seeded_noise": True},
+        "kafka": {"input_topic": "in", "output_topic": "out", "record_time": "log-append-time",
+                  "create_topics": False},
+        "service": {"state_dir": str(state_dir), "poll_timeout": "10ms"},
+    })
+
+
+def _run(monkeypatch, state_dir, *, stops=(), crash=None, delay: int = K,
+         runs_to: int = TIMESTEPS) -> tuple[FakeKafka, list[Metrics]]:
+    """Run to ``runs_to`` timesteps (a clean end). ``stops``: set the stop flag at these
+    ``after_noise`` hits (counted over all runs; a stop, not an end: nothing is flushed), then
+    restart; ``crash``: (failpoint, n): die there at the n-th hit, then restart."""
+    kafka = FakeKafka(start=START, events_per_step=20, output_topic="out")
+    for name, value in fake_kafka_parts(kafka).items():
+        monkeypatch.setattr(loop_mod, name, value)
+    hits: dict[str, int] = {}
+    pending_stops = sorted(stops)
+    metrics: list[Metrics] = []
+    svc: loop_mod.Service | None = None
+
+    def failpoint(name: str) -> None:
+        hits[name] = hits.get(name, 0) + 1
+        if crash is not None and name == crash[0] and hits[name] == crash[1]:
+            raise _Crash(name)
+        if name == "after_noise" and pending_stops and hits[name] >= pending_stops[0]:
+            pending_stops.pop(0)
+            assert svc is not None
+            svc.stop.set()
+
+    for _ in range(len(stops) + 2 + (crash is not None)):
+        metrics.append(Metrics())
+        svc = loop_mod.Service(_settings(state_dir, delay), metrics=metrics[-1], health=Health(),
+                               stop=threading.Event(), max_timesteps=runs_to, failpoint=failpoint)
+        svc.start()
+        try:
+            assert svc.run() == 0
+        except _Crash:
+            pass
+        svc.close()
+    return kafka, metrics
+
+
+def _records(kafka: FakeKafka) -> list[bytes]:
+    """Every release record on the output topic, in order (re-sent copies included)."""
+    return [v for _, _, v in kafka.tail if json.loads(v).get("message_type") == "release"]
+
+
+def test_the_service_publishes_each_timestep_once_k_late_and_flushes_the_last_k_at_the_end(tmp_path, monkeypatch):
+    kafka, metrics = _run(monkeypatch, tmp_path / "a")
+    records = _records(kafka)
+    docs = [json.loads(v) for v in records]
+    assert [d["timestep"]["index"] for d in docs] == list(range(TIMESTEPS))  # once each, in order
+    assert all(d["lag"]["delay"] == K for d in docs)
+    assert [d["lag"]["smoothed_through"] for d in docs] == [min(t + K, TIMESTEPS - 1) for t in range(TIMESTEPS)]
+    # the bytes are the release path's: ReleasePipeline over the same counts publishes them (dpstream
+    # replay writes that stream; tests/stream/test_delay_pipeline.py)
+    assert metrics[0].registry.get_sample_value("dpstream_last_published_timestep") == TIMESTEPS - 1
+    assert metrics[0].registry.get_sample_value("dpstream_last_released_timestep") == TIMESTEPS - 1
+    with Journal.open(tmp_path / "a", "lagged") as j:
+        cps = list(j.checkpoints_on_disk())
+        assert sorted(j.index) == list(range(TIMESTEPS))  # digests of what was published, by its timestep
+        assert j.last_timestep == TIMESTEPS - 1
+    flushes = [cp for cp in cps if cp.flush is not None]
+    assert len(flushes) == 1  # once; the last timestep's checkpoint carries it, in the same transaction
+    last = flushes[0]
+    assert last.releases and last.releases[-1].timestep == TIMESTEPS - 1
+    assert last.flush is not None and [p.timestep for p in last.flush.published] == [TIMESTEPS - 2, TIMESTEPS - 1]
+    assert last.engine["delayed"] == [] and last.engine["delay_flushed_through"] == TIMESTEPS
+    first = next(cp for cp in cps if cp.releases)
+    assert first.releases[0].timestep == 0 and first.releases[0].published == ()  # nothing before t >= k
+    # the later runs find the stream ended: nothing sealed, nothing published again
+    assert len(records) == TIMESTEPS
+
+
+@pytest.mark.parametrize("stops", [(1,), (2,), (3, 7), (5, 9, 13)])
+def test_a_stop_keeps_the_queue_and_the_restart_publishes_the_bytes_of_an_uninterrupted_run(
+        tmp_path, monkeypatch, stops):
+    whole, _ = _run(monkeypatch, tmp_path / "a")
+    stopped, _ = _run(monkeypatch, tmp_path / "b", stops=stops)
+    assert _records(stopped) == _records(whole)  # no copy, no gap, no flush at a stop
+
+
+@pytest.mark.parametrize(("failpoint", "nth"), [("after_journal", 1), ("after_journal", 3), ("after_journal", 6),
+                                                ("after_noise", 4), ("after_journal", TIMESTEPS),
+                                                ("after_journal", TIMESTEPS + 1)])
+def test_a_crash_resends_the_journaled_checkpoint_and_the_topic_equals_an_uninterrupted_run(
+        tmp_path, monkeypatch, failpoint, nth):
+    """``after_journal`` at the n-th checkpoint (one per timestep here: the first carries the domain
+    message and timestep 0, which publishes nothing; the third publishes timestep 0; the
+    TIMESTEPS-th seals the last timestep and carries the flush; the one after it only offsets):
+    journaled, not committed, re-sent at the restart byte for byte. The fake broker shows only
+    committed records, so the topic must equal the uninterrupted run's record for record."""
+    whole, _ = _run(monkeypatch, tmp_path / "a")
+    crashed, metrics = _run(monkeypatch, tmp_path / "b", crash=(failpoint, nth))
+    assert _records(crashed) == _records(whole)
+    resent = sum(m.registry.get_sample_value("dpstream_recoveries_total") for m in metrics)
+    assert resent == (0 if failpoint == "after_noise" else 1)  # the restart re-sent the journaled checkpoint
