@@ -136,3 +136,68 @@ def test_a_crash_resends_the_journaled_checkpoint_and_the_topic_equals_an_uninte
     assert _records(crashed) == _records(whole)
     resent = sum(m.registry.get_sample_value("dpstream_recoveries_total") for m in metrics)
     assert resent == (0 if failpoint == "after_noise" else 1)  # the restart re-sent the journaled checkpoint
+
+
+def test_on_schedule_timestep_t_minus_k_is_published_at_the_scheduled_time_of_t(tmp_path, monkeypatch):
+    """``service.publish: on-schedule``: the step of timestep ``t`` runs at ``S(c_t)`` and publishes
+    timestep ``t − k``, with ``S(c_t)`` as the record timestamp; the last ``k`` go out with the last
+    timestep, at ``S`` of its cell. A function of the public schedule only: a neighbouring input
+    (one more event, right after a deadline) gives the same publication times and timestamps."""
+    from stream.ingest.windowing import Grid
+    from stream.service.schedule import PublishSchedule
+    from stream.service.testing import small_settings
+    from tests.stream.service.test_publish_schedule import SKEW, STEP, T, _event
+    from tests.stream.service.test_publish_schedule import _run as run_on_schedule
+
+    n = 6
+
+    def settings(path):
+        return small_settings(
+            stream={"id": "sched-lag", "timestep": f"{int(STEP)}s", "start": T, "clock_skew": f"{int(SKEW)}s"},
+            kafka={"record_time": "log-append-time", "input_topic": "in", "output_topic": "out",
+                   "create_topics": False},
+            release={"postprocess": "model+nonnegative", "delay": K},
+            service={"state_dir": str(path), "poll_timeout": "200ms"})
+
+    records = [(T + STEP * t + 2 + i, T + STEP * t + 2 + i, _event(f"u{t}-{i}", T + STEP * t + 1 + i, age=7 * i))
+               for t in range(n) for i in range(10)]
+    newcomer = (T + STEP + 0.5, T + STEP + 0.5, _event("newcomer", T + STEP + 0.5))
+    out, _ = run_on_schedule(monkeypatch, settings(tmp_path / "d"), records, timesteps=n)
+    out2, _ = run_on_schedule(monkeypatch, settings(tmp_path / "d2"), sorted([*records, newcomer]), timesteps=n)
+    s = settings(tmp_path / "d")
+    sched, first = PublishSchedule.from_settings(s), Grid.from_settings(s).start_cell
+    assert sched is not None and first is not None
+    indexes = [json.loads(v)["timestep"]["index"] for _, _, v in out]
+    assert indexes == list(range(n))
+    for t, (when, stamp, _) in enumerate(out):
+        step = min(t + K, n - 1)  # the step that publishes t (the last one flushes the final k)
+        assert sched.release_time(first + step) <= when < sched.release_time(first + step) + 0.01, (t, when - T)
+        assert stamp == sched.release_ms(first + step), t
+    assert [(w, st) for w, st, _ in out2] == [(w, st) for w, st, _ in out]  # the data moves no time
+    assert [v for _, _, v in out2] != [v for _, _, v in out]  # though the newcomer was counted
+
+
+def test_checkpoint_records_send_what_each_step_publishes_with_the_steps_scheduled_time(tmp_path):
+    """The records of a checkpoint under ``release.delay``: each journaled step's published messages
+    (not its own release), then the flush's, each stamped ``S`` of the cell of the step that sends
+    it (the flush: the last timestep's cell); the same bytes for a first send and a re-send."""
+    from stream.service.journal import Checkpoint, JournaledFlush, JournaledRelease, Published
+    from stream.service.schedule import PublishSchedule
+    from stream.service.testing import small_settings
+
+    s = small_settings(stream={"id": "recs", "timestep": "60s", "start": 4_000_000_020, "clock_skew": "5s"},
+                       kafka={"record_time": "log-append-time", "output_topic": "out"},
+                       release={"postprocess": "model+nonnegative", "delay": K})
+    sched = PublishSchedule.from_settings(s)
+    assert sched is not None
+    c5 = 4_000_000_020 // 60 + 5
+    pub = lambda t: Published(t, f"id{t}", f'{{"message_type":"release","t":{t}}}'.encode())  # noqa: E731
+    own = JournaledRelease(5, "id5", "fresh", b'{"own":5}', (), {}, {}, c5, (pub(3),))
+    quiet = JournaledRelease(1, "id1", "fresh", b'{"own":1}', (), {}, {}, c5 - 4, ())  # t < k: nothing
+    cp = Checkpoint(7, {0: 0}, {0: 1}, (quiet, own), (), None, 0.0, JournaledFlush((pub(4), pub(5)), {}, c5))
+    assert [p.timestep for p in cp.published] == [3, 4, 5]
+    records = loop_mod.checkpoint_records(cp, s, now=sched.release_time(c5) + 1)
+    assert [r.value for r in records] == [pub(3).message, pub(4).message, pub(5).message]
+    assert [r.timestamp_ms for r in records] == [sched.release_ms(c5)] * 3
+    assert loop_mod.checkpoint_records(Checkpoint.from_json(json.loads(json.dumps(cp.to_json()))), s,
+                                       now=sched.release_time(c5) + 1) == records  # journaled, re-sent: same
