@@ -32,8 +32,8 @@ class _Crash(BaseException):
     """Stands in for kill -9 at a failpoint."""
 
 
-def _settings(state_dir, delay: int = K, chain: str = "model+nonnegative"):
-    return load_settings(None, **{
+def _settings(state_dir, delay: int = K, chain: str = "model+nonnegative", **extra):
+    return load_settings(None, **extra, **{
         "stream": {"id": "lagged", "timestep": "1s", "start": "2023-11-14T22:13:20Z"},
         "schema": {"attributes": [{"name": "x", "kind": "numeric", "min": 0, "max": 100, "bins": 5,
                                    "out_of_range": "reject"}]},
@@ -201,3 +201,26 @@ def test_checkpoint_records_send_what_each_step_publishes_with_the_steps_schedul
     assert [r.timestamp_ms for r in records] == [sched.release_ms(c5)] * 3
     assert loop_mod.checkpoint_records(Checkpoint.from_json(json.loads(json.dumps(cp.to_json()))), s,
                                        now=sched.release_time(c5) + 1) == records  # journaled, re-sent: same
+
+
+def test_the_detectors_read_the_published_messages_and_their_alerts_go_out_with_them(tmp_path, monkeypatch):
+    """Declared queries on a delayed stream: the alert events of a checkpoint are about the timesteps
+    its transaction publishes (``t − k``, and the flushed ones), each timestep's once — never about
+    a timestep whose message is not out yet."""
+    kafka = FakeKafka(start=START, events_per_step=20, output_topic="out")
+    for name, value in fake_kafka_parts(kafka).items():
+        monkeypatch.setattr(loop_mod, name, value)
+    s = _settings(tmp_path, queries=[{"name": "low", "where": {"x": "0-1"},
+                                      "detectors": [{"kind": "threshold", "above": -1.0e9}]}],
+                  alerts={"topic": "out.alerts"})
+    svc = loop_mod.Service(s, metrics=Metrics(), health=Health(), stop=threading.Event(), max_timesteps=TIMESTEPS)
+    svc.start()
+    assert svc.run() == 0
+    svc.close()
+    seen = []
+    with Journal.open(tmp_path, "lagged") as j:
+        for cp in j.checkpoints_on_disk():
+            alerts = [json.loads(o.value)["timestep"] for o in cp.outputs if o.role == "alert"]
+            assert alerts == [p.timestep for p in cp.published], cp.seq
+            seen += alerts
+    assert seen == list(range(TIMESTEPS))
