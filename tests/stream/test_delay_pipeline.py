@@ -169,3 +169,25 @@ def test_timesteps_before_the_first_fresh_release_keep_their_placeholder_and_sta
     head = [p for step in _publish(first, rows[:4]) for p in step]
     again = late_start(ReleasePipeline.restore(s, json.loads(json.dumps(first.snapshot()))))
     assert head + [p for step in _publish(again, rows[:12], 4) for p in step] == whole
+
+
+def test_a_recalled_timestep_resends_what_its_step_published():
+    """``recall`` (a timestep the journal already holds) re-sends, without drawing, the messages that
+    step published (timestep ``index − k``'s), not its own release; an entry that does not say what
+    it published is refused."""
+    s = _settings()
+    first = ReleasePipeline(s)
+    rows = _counts(first.domain.size)
+    sealed = [first.release_counts(r) for r in rows[:6]]
+    entries = [json.loads(json.dumps(x.journal_entry())) for x in sealed]
+    assert [len(e["published"]) for e in entries] == [0, 0, 1, 1, 1, 1]
+    again = ReleasePipeline.resume_after(s, entries[3], recall=lambda i: entries[i] if i < 6 else None)
+    got = [again.release_counts(r) for r in rows[4:6]]
+    assert all(x.recovered for x in got)
+    assert [[p for _, p in x.outputs] for x in got] == [[p for _, p in x.outputs] for x in sealed[4:6]]
+    assert [parse_release(x.outputs[0][1]).timestep.index for x in got] == [2, 3]
+    assert [p for _, p in again.flush()] == [p for _, p in first.flush()]  # and the same queue after them
+    entry = {k: v for k, v in entries[4].items() if k not in ("published", "checksum")}
+    lost = ReleasePipeline.resume_after(s, entries[3], recall=lambda i: entry)
+    with pytest.raises(StateError, match="does not say what it published"):
+        lost.release_counts(rows[4])

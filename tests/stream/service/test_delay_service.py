@@ -32,7 +32,7 @@ class _Crash(BaseException):
     """Stands in for kill -9 at a failpoint."""
 
 
-def _settings(state_dir, delay: int = K, chain: str = "model+nonnegative", **extra):
+def _settings(state_dir, delay: int = K, chain: str = "model+nonnegative", service=None, **extra):
     return load_settings(None, **extra, **{
         "stream": {"id": "lagged", "timestep": "1s", "start": "2023-11-14T22:13:20Z"},
         "schema": {"attributes": [{"name": "x", "kind": "numeric", "min": 0, "max": 100, "bins": 5,
@@ -42,12 +42,12 @@ def _settings(state_dir, delay: int = K, chain: str = "model+nonnegative", **ext
         "randomness": {"seed": 7, "allow_seeded_noise": True},
         "kafka": {"input_topic": "in", "output_topic": "out", "record_time": "log-append-time",
                   "create_topics": False},
-        "service": {"state_dir": str(state_dir), "poll_timeout": "10ms"},
+        "service": {"state_dir": str(state_dir), "poll_timeout": "10ms", **(service or {})},
     })
 
 
 def _run(monkeypatch, state_dir, *, stops=(), crash=None, delay: int = K,
-         runs_to: int = TIMESTEPS) -> tuple[FakeKafka, list[Metrics]]:
+         runs_to: int = TIMESTEPS, service=None) -> tuple[FakeKafka, list[Metrics]]:
     """Run to ``runs_to`` timesteps (a clean end). ``stops``: set the stop flag at these
     ``after_noise`` hits (counted over all runs; a stop, not an end: nothing is flushed), then
     restart; ``crash``: (failpoint, n): die there at the n-th hit, then restart."""
@@ -70,7 +70,7 @@ def _run(monkeypatch, state_dir, *, stops=(), crash=None, delay: int = K,
 
     for _ in range(len(stops) + 2 + (crash is not None)):
         metrics.append(Metrics())
-        svc = loop_mod.Service(_settings(state_dir, delay), metrics=metrics[-1], health=Health(),
+        svc = loop_mod.Service(_settings(state_dir, delay, service=service), metrics=metrics[-1], health=Health(),
                                stop=threading.Event(), max_timesteps=runs_to, failpoint=failpoint)
         svc.start()
         try:
@@ -201,6 +201,19 @@ def test_checkpoint_records_send_what_each_step_publishes_with_the_steps_schedul
     assert [r.timestamp_ms for r in records] == [sched.release_ms(c5)] * 3
     assert loop_mod.checkpoint_records(Checkpoint.from_json(json.loads(json.dumps(cp.to_json()))), s,
                                        now=sched.release_time(c5) + 1) == records  # journaled, re-sent: same
+
+
+def test_stops_and_a_crash_with_the_journal_compacted_after_every_checkpoint(tmp_path, monkeypatch):
+    """Compaction keeps the digests of what was published (by the timestep each message carries)
+    and the last sealed timestep: the start-up check against the output topic still passes, and
+    the topic is the uninterrupted run's."""
+    whole, _ = _run(monkeypatch, tmp_path / "a")
+    compact = {"journal_compact_bytes": 0}
+    crashed, _ = _run(monkeypatch, tmp_path / "b", stops=(4, 9), crash=("after_journal", 7), service=compact)
+    assert _records(crashed) == _records(whole)
+    with Journal.open(tmp_path / "b", "lagged") as j:
+        assert j.index_floor is not None and max(j.index) == TIMESTEPS - 1 and j.last_timestep == TIMESTEPS - 1
+        assert len(list(j.checkpoints_on_disk())) == 1  # compacted: header, summary, the last checkpoint
 
 
 def test_the_detectors_read_the_published_messages_and_their_alerts_go_out_with_them(tmp_path, monkeypatch):
