@@ -191,3 +191,12 @@ def test_a_recalled_timestep_resends_what_its_step_published():
     lost = ReleasePipeline.resume_after(s, entries[3], recall=lambda i: entry)
     with pytest.raises(StateError, match="does not say what it published"):
         lost.release_counts(rows[4])
+
+
+def test_check_config_says_what_the_delay_does_to_publication():
+    from stream.commands.check_config import delay_lines
+
+    (line,) = delay_lines(_settings())
+    assert line.startswith(f"release.delay {K}: timestep t is published with the release of t + {K}")
+    assert "nothing during the first 2 timesteps" in line and "stream's end" in line
+    assert delay_lines(_settings(0, "model")) == []
