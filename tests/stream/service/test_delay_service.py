@@ -237,3 +237,42 @@ def test_the_detectors_read_the_published_messages_and_their_alerts_go_out_with_
             assert alerts == [p.timestep for p in cp.published], cp.seq
             seen += alerts
     assert seen == list(range(TIMESTEPS))
+
+
+def test_a_stream_continued_after_its_end_publishes_each_timestep_once(tmp_path, monkeypatch):
+    """``--max-timesteps 8`` ends the stream (8 − k..7 flushed with it); a later run to 14 continues
+    it: timestep 8 is published k late again (at 10), 12 and 13 at the new end. And a run whose
+    bound is already behind what was released (a lowered ``--max-timesteps``) flushes at once."""
+    kafka = FakeKafka(start=START, events_per_step=20, output_topic="out")
+    for name, value in fake_kafka_parts(kafka).items():
+        monkeypatch.setattr(loop_mod, name, value)
+
+    def run(limit: int | None, stop_after: int | None = None) -> None:
+        stop = threading.Event()
+        hits = {"n": 0}
+
+        def failpoint(name: str) -> None:
+            if name == "after_noise" and stop_after is not None:
+                hits["n"] += 1
+                if hits["n"] == stop_after:
+                    stop.set()
+
+        svc = loop_mod.Service(_settings(tmp_path), metrics=Metrics(), health=Health(), stop=stop,
+                               max_timesteps=limit, failpoint=failpoint)
+        svc.start()
+        assert svc.run() == 0
+        svc.close()
+
+    run(8)
+    assert [json.loads(v)["timestep"]["index"] for v in _records(kafka)] == list(range(8))
+    run(14)
+    docs = [json.loads(v) for v in _records(kafka)]
+    assert [d["timestep"]["index"] for d in docs] == list(range(14))
+    assert [d["lag"]["smoothed_through"] for d in docs] == [*(min(t + K, 7) for t in range(8)),
+                                                          *(min(t + K, 13) for t in range(8, 14))]
+    run(None, stop_after=4)  # no bound: 14..17 sealed, 14 and 15 published, then a stop (no flush)
+    assert [json.loads(v)["timestep"]["index"] for v in _records(kafka)] == list(range(16))
+    run(10)  # the bound is behind what was released: the end, at once
+    assert [json.loads(v)["timestep"]["index"] for v in _records(kafka)] == list(range(18))
+    run(10)
+    assert len(_records(kafka)) == 18
