@@ -327,6 +327,12 @@ class ReleasePipeline:
         return self.window.next_index
 
     @property
+    def unpublished(self) -> range:
+        """``release.delay``: the timesteps released but not yet published (empty without a delay)."""
+        n = len(self._lag_queue.entries)
+        return range(self.next_index - n, self.next_index)
+
+    @property
     def first_cell(self) -> int | None:
         return self.window.first_cell
 

@@ -383,9 +383,11 @@ class Service:
         self.metrics.info.info({"stream": self.stream_id, "decision": s.release.decision,
                                 "mechanism": s.release.mechanism, "unit": s.privacy.unit,
                                 "config_fingerprint": self.fingerprint[:16]})
+        waiting = self.pipeline.unpublished  # release.delay: released, published k timesteps later
         log(_log, logging.INFO, "started", stream=self.stream_id, next_timestep=self.pipeline.next_index,
             journal_checkpoints=journal.last_seq, partitions=len(self.reader.partitions),
-            resumed_from_offsets=bool(plan.resume_offsets))
+            resumed_from_offsets=bool(plan.resume_offsets),
+            **({"unpublished": list(waiting)} if self.pipeline.post.delay else {}))
         if self._output_timestamp_warning:  # after the start can no longer fail (a fatal error comes alone)
             log(_log, logging.WARNING, self._output_timestamp_warning)
         self.health.set(True, "running")

@@ -46,9 +46,11 @@ def test_each_timestep_is_published_once_in_order_k_timesteps_late_with_the_smoo
     rows = _counts(pipe.domain.size)
     per_step = _publish(pipe, rows)
     assert per_step[:K] == [[]] * K  # nothing until t ≥ k (documented in docs/api.md)
+    assert list(pipe.unpublished) == [T - K + i for i in range(K)]
     assert all(len(p) == 1 for p in per_step[K:])
     tail = [p for _, p in pipe.flush()]
     assert len(tail) == K and pipe.flush() == []  # flushed once
+    assert list(pipe.unpublished) == []
     published = [m for step in per_step for m in step] + tail
     messages = [parse_release(p) for p in published]
     assert [m.timestep.index for m in messages] == list(range(T))
