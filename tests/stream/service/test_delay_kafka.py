@@ -149,6 +149,8 @@ def test_kill_at_each_failpoint_with_a_delay_publishes_the_uninterrupted_bytes_o
     if failpoint != "after_noise":
         assert "re-sent journaled checkpoint" in logs
     assert "flushed the delayed timesteps at the end of the stream" in logs
+    assert '"unpublished": [3, 4]' in (tmp_path / "b.log").read_text()  # queued over the stop, said at start-up
+    assert '"published": [' in logs and '"redacted"' not in logs  # the log fields are allowlisted
 
     violations, facts = check_published(bootstrap, cfg, injected={t: 10 for t in range(TIMESTEPS)}, dead=0,
                                         timesteps=TIMESTEPS)
@@ -167,3 +169,82 @@ def test_kill_at_each_failpoint_with_a_delay_publishes_the_uninterrupted_bytes_o
         assert first.setdefault(t, v) == v, f"timestep {t} read with two different payloads"
     assert list(first) == list(range(TIMESTEPS))  # each timestep, in order
     assert sorted(first.values()) == sorted(uninterrupted.values())
+
+
+@pytest.mark.slow
+def test_random_kills_while_input_arrives_with_a_delay(broker, zygote, tmp_path):  # noqa: F811
+    """kill -9 at random moments and two failpoint crashes while 12 timesteps of input arrive on 2
+    partitions (record time: each timestep's records stamped before its end, one timestep a
+    second); a last run reaches ``stream.end`` and exits by itself. One payload per timestep over
+    everything produced, the ledger, no event lost or counted twice, and the bytes of
+    ``dpstream replay``."""
+    import threading
+
+    import numpy as np
+    from kafka import KafkaProducer
+
+    from stream.config import KafkaSection
+    from stream.service.kafka_io import ensure_topics
+    from tests.kafka_harness import synthetic_input
+
+    n, bootstrap = 12, broker.bootstrap
+    rng = np.random.default_rng(30)  # test data and kill times only
+    cfg = service_config(bootstrap, tmp_path / "state", seed=9, kafka={"topic_partitions": 2, "max_poll_records": 25},
+                         stream={"allowed_lateness": f"{STEP}s", "end": T0 + STEP * n},
+                         release={"decision": "uniform", "postprocess": "model+nonnegative", "delay": K},
+                         privacy={"horizon": n, "cutoff": n})
+    config = write_config(cfg, tmp_path / "config.yaml")
+    k = KafkaSection(**cfg["kafka"])
+    ensure_topics(k, {k.input_topic: 2})
+    chunks, injected, bad = synthetic_input(rng, n, 40)
+    kill_at = rng.uniform(2.5, 5.0, size=6).tolist()  # past the consumer group's join (~3 s here)
+
+    def feed() -> None:
+        p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks="all")
+        try:
+            for t, msgs in enumerate(chunks):
+                for m in msgs:
+                    p.send(k.input_topic, value=m, partition=t % 2 if m is msgs[0] else int(rng.integers(0, 2)),
+                           timestamp_ms=int((T0 + STEP * (t + 1)) * 1000) - 1)
+                p.flush()
+                time.sleep(1.5)
+            beat = json.dumps(event("heartbeat", n + 3)).encode()  # every partition past the last deadline
+            for part in range(2):
+                p.send(k.input_topic, value=beat, partition=part, timestamp_ms=int((T0 + STEP * (n + 1) + 1) * 1000))
+            p.flush()
+        finally:
+            p.close()
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    runs: list[tuple[str, int | None]] = []
+    for i, what in enumerate(["kill", "kill", "after_journal:2", "kill", "kill", "mid_produce:1", "kill", "kill"]):
+        if what == "kill":
+            pid = zygote.spawn(config, tmp_path / f"run{i}.log")
+            status = zygote.wait(pid, kill_at.pop())
+            if status is None:
+                os.kill(pid, signal.SIGKILL)
+                status = zygote.wait(pid, 10)
+        else:
+            pid = zygote.spawn(config, tmp_path / f"run{i}.log", env={"DPSTREAM_FAILPOINT": what})
+            status = zygote.wait(pid, 10)
+            if status is None:  # not reached (nothing to release meanwhile): kill it anyway
+                os.kill(pid, signal.SIGKILL)
+                status = zygote.wait(pid, 10)
+                what += " not reached"
+        runs.append((what, status))
+        if status == 0:  # the stream reached its end during this run: nothing left to interrupt
+            break
+    feeder.join(60)
+    pid = zygote.spawn(config, tmp_path / "final.log")
+    final = zygote.wait(pid, 120)
+    logs = "\n".join(p.read_text() for p in sorted(tmp_path.glob("*.log")))
+    assert final == 0, (runs, (tmp_path / "final.log").read_text()[-3000:])
+    killed = [w for w, st in runs if st == -signal.SIGKILL]
+    assert len(killed) >= 4 and logs.count('"event": "released"') >= 4, runs  # kills between releases
+    if "after_journal:2" in killed:  # reached: journaled, not committed, re-sent by the next run
+        assert "re-sent journaled checkpoint" in logs, runs
+    assert "flushed the delayed timesteps at the end of the stream" in logs
+    violations, facts = check_published(bootstrap, cfg, injected=injected, dead=bad, timesteps=n)
+    assert violations == [], (violations, facts, runs)
+    assert _equals_replay(bootstrap, cfg, chunks, tmp_path, n)
