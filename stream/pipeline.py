@@ -63,7 +63,7 @@ from stream.messages import (
     release_id,
 )
 
-__all__ = ["ReleasePipeline", "SealedRelease", "PipelineStats", "JOURNAL_VERSION", "PIPELINE_STATE_VERSION"]
+__all__ = ["ReleasePipeline", "SealedRelease", "LagQueue", "PipelineStats", "JOURNAL_VERSION", "PIPELINE_STATE_VERSION"]
 
 JOURNAL_VERSION = 1
 PIPELINE_STATE_VERSION = 1
@@ -92,6 +92,34 @@ def _seconds(now: float | datetime | None) -> float | None:
     return float(now)
 
 
+@dataclass(frozen=True)
+class LagQueue:
+    """``release.delay: k``: the timesteps released but not yet published (journaled with the engine).
+
+    Attributes:
+        entries: their messages as released (canonical JSON text), oldest first, each with whether
+            its counts are final (released before the first fresh release: nothing to smooth).
+        flushed_through: the engine timestep at the last end-of-stream flush (0: never flushed):
+            every timestep below it is published, so the queue holds ``min(k, timestep −
+            flushed_through)`` entries, the timesteps ``timestep − len(entries) .. timestep − 1``.
+    """
+
+    entries: tuple[tuple[str, bool], ...] = ()
+    flushed_through: int = 0
+
+    def expected(self, delay: int, timestep: int) -> int:
+        """How many entries a stream with ``delay`` at engine ``timestep`` must hold."""
+        return min(delay, max(0, timestep - self.flushed_through))
+
+    def to_json(self) -> dict[str, Any]:
+        """The snapshot's part (``delayed``; ``delay_flushed_through`` only after a flush, so the
+        snapshots of a stream never flushed are those of earlier builds)."""
+        out: dict[str, Any] = {"delayed": [{"message": text, "final": final} for text, final in self.entries]}
+        if self.flushed_through:
+            out["delay_flushed_through"] = self.flushed_through
+        return out
+
+
 @dataclass(frozen=True, eq=False)
 class SealedRelease:
     """One sealed timestep, ready to publish.
@@ -117,8 +145,7 @@ class SealedRelease:
             timestep ``index − k``, smoothed with the releases up to ``index``; none while
             ``index < k``); None without a delay (``message`` itself is published).
         lag_queue: ``release.delay``: the timesteps released but not yet published after this one
-            (their messages as released, oldest first, each with whether its counts are final:
-            released before the first fresh release, nothing to smooth); journaled with the engine.
+            (:class:`LagQueue`); journaled with the engine.
     """
 
     index: int
@@ -136,7 +163,7 @@ class SealedRelease:
     post_state: PostState = field(default_factory=PostState, repr=False)
     post: PostProcessor | None = field(default=None, repr=False)
     delayed: tuple[tuple[ReleaseMessage, bytes], ...] | None = None
-    lag_queue: tuple[tuple[str, bool], ...] = ()
+    lag_queue: LagQueue = field(default_factory=LagQueue)
 
     @property
     def outputs(self) -> tuple[tuple[ReleaseMessage, bytes], ...]:
@@ -171,8 +198,9 @@ class SealedRelease:
         ``{"version": 1, "stream", "config_fingerprint", "index", "cell",
         "release_id", "payload" (the exact bytes, ASCII text), "engine_state"
         (engine snapshot after the step), "window" (window state after the
-        step)}``. Feed it back through ``recall`` to re-send, or to
-        :meth:`ReleasePipeline.resume_after` to continue after it.
+        step)}``, and under ``release.delay`` ``"published"``: the messages this step publishes
+        (timestep ``index − k``'s, ASCII text; maybe none). Feed it back through ``recall`` to
+        re-send, or to :meth:`ReleasePipeline.resume_after` to continue after it.
         """
         entry = {
             "version": JOURNAL_VERSION,
@@ -185,6 +213,8 @@ class SealedRelease:
             "engine_state": self.engine_snapshot(),
             "window": dict(self.window),
         }
+        if self.delayed is not None:
+            entry["published"] = [payload.decode("ascii") for _, payload in self.delayed]
         entry["checksum"] = _checksum(entry)
         return entry
 
@@ -255,7 +285,7 @@ class ReleasePipeline:
         self.recall = recall
         self.max_user_id_chars = 256
         post_state = self.post.initial()
-        self._lag_queue: tuple[tuple[str, bool], ...] = ()
+        self._lag_queue = LagQueue()
         if engine_state is None:
             state = self.engine.initial_state()
         elif isinstance(engine_state, EngineState | PersonalState):
@@ -295,6 +325,12 @@ class ReleasePipeline:
     @property
     def next_index(self) -> int:
         return self.window.next_index
+
+    @property
+    def unpublished(self) -> range:
+        """``release.delay``: the timesteps released but not yet published (empty without a delay)."""
+        n = len(self._lag_queue.entries)
+        return range(self.next_index - n, self.next_index)
 
     @property
     def first_cell(self) -> int | None:
@@ -507,18 +543,19 @@ class ReleasePipeline:
         )
 
     def _delay(self, index: int, payload: bytes, processed: Processed, post_state: PostState
-               ) -> tuple[tuple[tuple[ReleaseMessage, bytes], ...] | None, tuple[tuple[str, bool], ...]]:
+               ) -> tuple[tuple[tuple[ReleaseMessage, bytes], ...] | None, LagQueue]:
         """``release.delay: k``: what timestep ``index`` publishes (timestep ``index − k``) and the
         queue after it. ``processed`` (the smoother's output at ``index``) is ``index − k``'s counts
         once the first fresh release is ``k`` timesteps back; a timestep released before the first
         fresh release keeps its own (placeholder) counts, final when it was released."""
         k = self.post.delay
         if not k:
-            return None, ()
-        queue = (*self._lag_queue, (payload.decode("ascii"), post_state.model is None))
-        if len(queue) <= k:
-            return (), queue
-        (text, final), queue = queue[0], queue[1:]
+            return None, LagQueue()
+        lag = self._lag_queue
+        entries = (*lag.entries, (payload.decode("ascii"), post_state.model is None))
+        if len(entries) <= k:
+            return (), replace(lag, entries=entries)
+        (text, final), queue = entries[0], replace(lag, entries=entries[1:])
         head = parse_release(text.encode("ascii"))
         if final:
             message = head.model_copy(update={"lag": LagInfo(delay=k, smoothed_through=index)})
@@ -528,10 +565,13 @@ class ReleasePipeline:
     def flush(self) -> list[tuple[ReleaseMessage, bytes]]:
         """``release.delay: k`` at the clean end of the stream: the last ``k`` timesteps released but
         not yet published, smoothed with the releases there are, oldest first (then nothing is
-        left). Empty without a delay. Post-processing only: nothing is drawn or charged."""
-        queue, self._lag_queue = self._lag_queue, ()
+        left: the snapshot records the flush, and a stream continued later publishes its next
+        timestep ``k`` timesteps late again). Empty without a delay, or when nothing waits.
+        Post-processing only: nothing is drawn or charged."""
+        queue = self._lag_queue.entries
         if not queue:
             return []
+        self._lag_queue = LagQueue((), self._state.timestep)
         k = self.post.delay
         through = self.window.next_index - 1
         width = len(parse_release(queue[0][0].encode("ascii")).counts)
@@ -571,6 +611,13 @@ class ReleasePipeline:
                     message.timestep.index != index or message.to_bytes() != payload:
                 raise StateError(f"{where} holds a payload that is not this timestep's canonical release")
             state, post_state, lag_queue = self._restore_snapshot(entry["engine_state"], where)
+            delayed = None
+            if self.post.delay:
+                texts = entry.get("published")
+                if not isinstance(texts, list):
+                    raise StateError(f"{where} does not say what it published (release.delay "
+                                     f"{self.post.delay}): refusing to re-send it")
+                delayed = tuple((parse_release(str(t).encode("ascii")), str(t).encode("ascii")) for t in texts)
         except StateError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -581,11 +628,11 @@ class ReleasePipeline:
         return SealedRelease(
             index, cell, start, end, self.key, payload, message, state,
             self._window_after(index), None, True, self.engine, post_state, self.post,
-            None if not self.post.delay else (), lag_queue,
+            delayed, lag_queue,
         )
 
     def _restore_snapshot(self, data: Mapping[str, Any], what: str
-                          ) -> tuple[EngineState, PostState, tuple[tuple[str, bool], ...]]:
+                          ) -> tuple[EngineState, PostState, LagQueue]:
         """Engine state and smoother state from an engine snapshot (the smoother's under ``postprocess``).
 
         Raises:
@@ -594,12 +641,13 @@ class ReleasePipeline:
         """
         snap = dict(data)
         post = snap.pop("postprocess", None)
-        queue = _lag_queue(snap.pop("delayed", None), self.post.delay, what)
+        queue = _lag_queue(snap.pop("delayed", None), snap.pop("delay_flushed_through", 0), self.post.delay, what)
         state = self.engine.restore(snap)
-        if self.post.delay and len(queue) != min(self.post.delay, state.timestep):
-            raise StateError(f"the {what} holds {len(queue)} timesteps waiting for publication, release.delay "
-                             f"{self.post.delay} at timestep {state.timestep} needs "
-                             f"{min(self.post.delay, state.timestep)}: refusing to skip or repeat any")
+        need = queue.expected(self.post.delay, state.timestep)
+        if self.post.delay and len(queue.entries) != need:
+            raise StateError(f"the {what} holds {len(queue.entries)} timesteps waiting for publication, "
+                             f"release.delay {self.post.delay} at timestep {state.timestep} needs {need}: "
+                             "refusing to skip or repeat any")
         if not self.post.stateful:
             if post is not None:
                 raise StateError(f"the {what} carries a smoother's state but release.postprocess is "
@@ -648,25 +696,25 @@ class ReleasePipeline:
 
 
 def _with_post(snapshot: dict[str, Any], post: PostProcessor | None, state: PostState,
-               queue: tuple[tuple[str, bool], ...] = ()) -> dict[str, Any]:
+               queue: LagQueue | None = None) -> dict[str, Any]:
     if post is not None and post.stateful:
         snapshot["postprocess"] = post.state_to_json(state)
     if post is not None and post.delay:
-        snapshot["delayed"] = [{"message": text, "final": final} for text, final in queue]
+        snapshot.update((queue or LagQueue()).to_json())
     return snapshot
 
 
-def _lag_queue(data: Any, delay: int, what: str) -> tuple[tuple[str, bool], ...]:
+def _lag_queue(data: Any, flushed: Any, delay: int, what: str) -> LagQueue:
     """The journaled ``release.delay`` queue (:func:`_with_post`)."""
     if not delay:
         if data:
             raise StateError(f"the {what} holds delayed timesteps but release.delay is 0: refusing to drop them")
-        return ()
+        return LagQueue()
     if data is None:
         data = []
     try:
-        return tuple((str(d["message"]), bool(d["final"])) for d in data)
-    except (KeyError, TypeError) as exc:
+        return LagQueue(tuple((str(d["message"]), bool(d["final"])) for d in data), int(flushed))
+    except (KeyError, TypeError, ValueError) as exc:
         raise StateError(f"the {what} has a broken release.delay queue: {exc}") from None
 
 

@@ -73,7 +73,19 @@ def check(path: str, *, check_files: bool = True) -> int:
     print(summary(settings), file=sys.stdout)
     for line in planner_lines(settings):  # why decision: auto chose, and what to worry about (public only)
         print(f"dpstream check-config: {line}", file=sys.stderr)
+    for line in delay_lines(settings):
+        print(f"dpstream check-config: {line}", file=sys.stderr)
     return 0
+
+
+def delay_lines(settings: Any) -> list[str]:
+    """What ``release.delay`` does to publication (none without a delay)."""
+    k = settings.release.delay
+    if not k:
+        return []
+    return [f"release.delay {k}: timestep t is published with the release of t + {k} (smoothed with the releases "
+            f"up to it, no ε), nothing during the first {k} timesteps, the last {k} together at the stream's end "
+            "(--max-timesteps, stream.end); a stop or a crash keeps them for the restart"]
 
 
 def planner_lines(settings: Any) -> list[str]:

@@ -42,7 +42,13 @@ Payloads, in order:
   - ``releases``: per sealed timestep, the exact release message bytes, their
     SHA-256, release id and kind, the ledger entries the step charged, the
     engine snapshot after the step, and a private audit record (true row
-    counts, for crash tests; never published);
+    counts, for crash tests; never published); under ``release.delay: k``
+    also ``published``: the messages that step publishes (timestep
+    ``t − k``'s, each with its timestep, release id and SHA-256), which are
+    what the transaction sends instead of the step's own message;
+  - ``flush`` (``release.delay``, at the clean end of a stream only): the
+    last ``k`` timesteps' messages and the engine snapshot after them (the
+    queue of timesteps waiting for publication emptied);
   - ``outputs``: the dead-letter / late / domain records (role, key, value,
     headers), byte for byte;
   - ``windowing``: the pipeline's windowing snapshot after the last seal (open
@@ -92,7 +98,9 @@ __all__ = [
     "ConfigDriftError",
     "RecoveryRefusedError",
     "JournaledRelease",
+    "JournaledFlush",
     "JournaledOutput",
+    "Published",
     "Checkpoint",
     "Journal",
     "RecoveryPlan",
@@ -176,8 +184,39 @@ def journal_path(state_dir: str | Path, stream_id: str) -> Path:
 
 
 @dataclass(frozen=True)
+class Published:
+    """One release message a checkpoint's transaction sends to the output topic: the timestep it
+    carries (under ``release.delay: k`` the step that publishes it is ``k`` later) and its bytes."""
+
+    timestep: int
+    release_id: str
+    message: bytes
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.message).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"timestep": self.timestep, "release_id": self.release_id, "message": _b64(self.message),
+                "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Published:
+        message = _unb64(data["message"]) or b""
+        if hashlib.sha256(message).hexdigest() != data["sha256"]:
+            raise JournalCorruptError(f"published message of timestep {data.get('timestep')} does not match "
+                                      "its digest")
+        return cls(int(data["timestep"]), str(data["release_id"]), message)
+
+
+@dataclass(frozen=True)
 class JournaledRelease:
-    """One sealed timestep, exactly as it is (or will be) published."""
+    """One sealed timestep, exactly as it is (or will be) published.
+
+    ``message`` is the timestep's own release; ``published`` what the step sends to the output
+    topic when that is not it (``release.delay: k``: timestep ``t − k``'s message, or nothing while
+    ``t < k``); None: ``message`` itself is published.
+    """
 
     timestep: int
     release_id: str
@@ -187,13 +226,21 @@ class JournaledRelease:
     engine: dict[str, Any]
     audit: dict[str, Any] = field(default_factory=dict)
     cell: int | None = None
+    published: tuple[Published, ...] | None = None
 
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.message).hexdigest()
 
+    @property
+    def outputs(self) -> tuple[Published, ...]:
+        """The release messages this step sends, in order (which timestep each carries)."""
+        if self.published is None:
+            return (Published(self.timestep, self.release_id, self.message),)
+        return self.published
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "timestep": self.timestep,
             "release_id": self.release_id,
             "kind": self.kind,
@@ -204,6 +251,9 @@ class JournaledRelease:
             "audit": self.audit,
             "cell": self.cell,
         }
+        if self.published is not None:
+            out["published"] = [p.to_json() for p in self.published]
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JournaledRelease:
@@ -211,8 +261,33 @@ class JournaledRelease:
         if hashlib.sha256(message).hexdigest() != data["sha256"]:
             raise JournalCorruptError(f"release of timestep {data.get('timestep')} does not match its digest")
         cell = data.get("cell")
+        published = data.get("published")
         return cls(int(data["timestep"]), str(data["release_id"]), str(data["kind"]), message,
                    tuple(data["ledger"]), dict(data["engine"]), dict(data.get("audit") or {}),
+                   None if cell is None else int(cell),
+                   None if published is None else tuple(Published.from_json(p) for p in published))
+
+
+@dataclass(frozen=True)
+class JournaledFlush:
+    """``release.delay: k`` at the clean end of a stream: the last timesteps waiting for publication,
+    sent in the final checkpoint's transaction, and the engine snapshot after them (nothing waits).
+
+    ``cell``: the grid cell of the last sealed timestep (the record timestamp under
+    ``service.publish: on-schedule`` is that cell's scheduled time: the end of the stream).
+    """
+
+    published: tuple[Published, ...]
+    engine: dict[str, Any]
+    cell: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"published": [p.to_json() for p in self.published], "engine": self.engine, "cell": self.cell}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JournaledFlush:
+        cell = data.get("cell")
+        return cls(tuple(Published.from_json(p) for p in data["published"]), dict(data["engine"]),
                    None if cell is None else int(cell))
 
 
@@ -246,14 +321,23 @@ class Checkpoint:
     outputs: tuple[JournaledOutput, ...] = ()
     windowing: Any = None
     created: float = field(default_factory=time.time)
+    flush: JournaledFlush | None = None
 
     @property
     def engine(self) -> dict[str, Any] | None:
-        """Engine snapshot after this checkpoint's last release (None: unchanged)."""
+        """Engine snapshot after this checkpoint's last release, or its flush (None: unchanged)."""
+        if self.flush is not None:
+            return self.flush.engine
         return self.releases[-1].engine if self.releases else None
 
+    @property
+    def published(self) -> tuple[Published, ...]:
+        """Every release message the transaction sends, in order (the releases', then the flush's)."""
+        out = tuple(p for r in self.releases for p in r.outputs)
+        return out + (self.flush.published if self.flush is not None else ())
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "type": "checkpoint",
             "seq": self.seq,
             "base_offsets": {str(p): o for p, o in sorted(self.base_offsets.items())},
@@ -263,9 +347,13 @@ class Checkpoint:
             "windowing": self.windowing,
             "created": self.created,
         }
+        if self.flush is not None:
+            out["flush"] = self.flush.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
+        flush = data.get("flush")
         return cls(
             seq=int(data["seq"]),
             base_offsets={int(p): int(o) for p, o in data["base_offsets"].items()},
@@ -274,6 +362,7 @@ class Checkpoint:
             outputs=tuple(JournaledOutput.from_json(o) for o in data["outputs"]),
             windowing=data.get("windowing"),
             created=float(data.get("created", 0.0)),
+            flush=None if flush is None else JournaledFlush.from_json(flush),
         )
 
 
@@ -359,7 +448,9 @@ class Journal:
         self.header: dict[str, Any] = {}
         self.last: Checkpoint | None = None
         self.engine: dict[str, Any] | None = None
-        #: timestep -> (sha256, release_id) of the last :attr:`index_keep` timesteps (oldest first)
+        #: timestep -> (sha256, release_id) of the release message *published* for it, the last
+        #: :attr:`index_keep` timesteps (oldest first); under ``release.delay: k`` the newest
+        #: ``k`` sealed timesteps are not in it until they are published
         self.index: dict[int, tuple[str, str]] = {}
         self.index_keep = INDEX_KEEP
         self._last_timestep: int | None = None
@@ -463,6 +554,8 @@ class Journal:
                         raise JournalCorruptError("summary record after a checkpoint")
                     for t, v in sorted((int(t), v) for t, v in fr.payload["index"].items()):
                         j._remember(t, (str(v[0]), str(v[1])))
+                    if fr.payload.get("last_timestep") is not None:
+                        j._sealed(int(fr.payload["last_timestep"]))
                     j.engine = fr.payload.get("engine")
                     expected_seq = int(fr.payload["through_seq"]) + 1
                     j.checkpoints = int(fr.payload["through_seq"])
@@ -472,10 +565,7 @@ class Journal:
                         raise JournalCorruptError(f"checkpoint {cp.seq} follows {expected_seq - 1}: records are missing")
                     if expected_seq is None and cp.seq != 1:
                         raise JournalCorruptError(f"the first checkpoint is {cp.seq}, expected 1")
-                    for r in cp.releases:
-                        j._remember(r.timestep, (r.sha256, r.release_id))
-                    if cp.engine is not None:
-                        j.engine = cp.engine
+                    j._record(cp)
                     j.last, expected_seq = cp, cp.seq + 1
                     last_frame = fr
                     j.checkpoints = cp.seq
@@ -520,14 +610,27 @@ class Journal:
         return self._last_timestep is not None and timestep <= self._last_timestep
 
     def _remember(self, timestep: int, entry: tuple[str, str]) -> None:
-        """Record a release digest; keeps only the newest :attr:`index_keep` (bounded memory)."""
+        """Record a published release's digest; keeps only the newest :attr:`index_keep` (bounded memory)."""
         index = self.index
         index.pop(timestep, None)  # a re-journaled timestep moves to the newest end
         index[timestep] = entry
-        if self._last_timestep is None or timestep > self._last_timestep:
-            self._last_timestep = timestep
+        self._sealed(timestep)
         while len(index) > self.index_keep:
             del index[next(iter(index))]
+
+    def _sealed(self, timestep: int) -> None:
+        if self._last_timestep is None or timestep > self._last_timestep:
+            self._last_timestep = timestep
+
+    def _record(self, cp: Checkpoint) -> None:
+        """What a checkpoint changes in memory: the sealed timesteps, the digests of what it
+        publishes (the timestep each message carries), the engine snapshot."""
+        for r in cp.releases:
+            self._sealed(r.timestep)
+        for p in cp.published:
+            self._remember(p.timestep, (p.sha256, p.release_id))
+        if cp.engine is not None:
+            self.engine = cp.engine
 
     # writing ----------------------------------------------------------------
     def _writer(self) -> int:
@@ -581,10 +684,7 @@ class Journal:
         self._prev = digest
         self.last = cp
         self.checkpoints = cp.seq
-        for r in cp.releases:
-            self._remember(r.timestep, (r.sha256, r.release_id))
-        if cp.engine is not None:
-            self.engine = cp.engine
+        self._record(cp)
 
     def truncate_torn_tail(self) -> int:
         """Drop an interrupted append (call only after recovery checked Kafka)."""
@@ -618,7 +718,8 @@ class Journal:
         keep = self.index_keep if keep_index is None else keep_index
         summary_index = dict(list(self.index.items())[-keep:]) if keep > 0 else {}
         summary = {"type": "summary", "through_seq": self.last.seq - 1,
-                   "index": {str(t): list(v) for t, v in summary_index.items()}, "engine": self.engine}
+                   "index": {str(t): list(v) for t, v in summary_index.items()}, "engine": self.engine,
+                   "last_timestep": self._last_timestep}
         prev = GENESIS
         out = bytearray()
         last_len = 0

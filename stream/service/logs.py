@@ -40,6 +40,11 @@ FIELDS: dict[str, str] = {
     "per_checkpoint": "service.max_releases_per_checkpoint (configuration)",
     "hint": "what the operator can do about a warning (text written by dpstream, no data values)",
     "kinds": "fresh/republished of those releases (public: in the release messages)",
+    "published": "indexes of the timesteps whose messages a checkpoint publishes (release.delay: k behind the "
+                 "released ones; public: each is in its message)",
+    "unpublished": "indexes of the timesteps released but not yet published at start-up (release.delay: each is "
+                   "published k timesteps after its release; public)",
+    "delay": "release.delay, the publication delay in timesteps (configuration)",
     "journal_checkpoints": "checkpoints in the journal at start-up (operational)",
     "partitions": "number of input partitions assigned (configuration)",
     "input_partitions": "number of input partitions a scale-out releaser waits for (topic metadata)",

@@ -16,6 +16,16 @@ timesteps)::
       2. one Kafka transaction: every record of the checkpoint, the input
          offsets and the checkpoint marker (kafka_io), then commit
 
+``release.delay: k`` (a fixed-lag smoother): the step that seals timestep ``t`` publishes
+timestep ``t − k``'s message (nothing while ``t < k``); each journaled release says which
+timestep(s) it sends (:attr:`JournaledRelease.outputs`), the journal's digests, the start-up
+check against the output topic, the public feed, the alert detectors and
+``dpstream_last_published_timestep`` follow the timestep a message carries, not the step that
+sent it. At a clean end (``--max-timesteps``, ``stream.end``) the last ``k`` are flushed in the
+final checkpoint's transaction (:class:`JournaledFlush`, with the engine snapshot that says so);
+a stop (SIGTERM) or a crash keeps them queued in the journaled engine snapshot, so a restart
+publishes them, ``k`` late, with the bytes an uninterrupted run publishes.
+
 Why no event is lost or counted twice (the "persist open windows" choice).
 Checkpoint *n* is taken after offering exactly the input records with offset
 < ``offsets_n[p]`` on every partition *p*; its windowing snapshot holds the
@@ -64,7 +74,6 @@ from typing import Any
 import numpy as np
 from kafka import TopicPartition
 
-from controller.errors import ConfigurationError
 from stream.config import Settings
 from stream.ingest.events import Rejections, parse_times
 from stream.ingest.formats import input_decoder
@@ -88,10 +97,12 @@ from stream.service.journal import (
     INDEX_KEEP,
     Checkpoint,
     Journal,
+    JournaledFlush,
     JournaledOutput,
     JournaledRelease,
     JournalError,
     JournalWriteError,
+    Published,
     canonical_json,
     plan_recovery,
 )
@@ -137,17 +148,21 @@ class _Pending:
 
     releases: list[tuple[SealedRelease, float]] = field(default_factory=list)
     outputs: list[JournaledOutput] = field(default_factory=list)
+    #: release.delay at the clean end of the stream: the last timesteps, flushed
+    flush: JournaledFlush | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.releases or self.outputs)
+        return bool(self.releases or self.outputs or self.flush is not None)
 
 
 def checkpoint_records(cp: Checkpoint, settings: Settings, now: float | None = None) -> list[OutRecord]:
     """The Kafka records of a checkpoint, in journal order (the same bytes for a first send and a re-send).
 
-    Under ``service.publish: on-schedule`` each release record's timestamp is its timestep's
-    public scheduled time (:func:`stream.service.schedule.record_timestamp_ms`; ``now``, the
-    commit's wall time in seconds, only tells a backlog's late release apart; None: on time).
+    Under ``service.publish: on-schedule`` each release record's timestamp is the public
+    scheduled time of the timestep whose step sends it (:func:`stream.service.schedule.record_timestamp_ms`;
+    ``now``, the commit's wall time in seconds, only tells a backlog's late release apart; None:
+    on time): under ``release.delay: k`` timestep ``t − k``'s message carries ``S(cell of t)``,
+    and the ones flushed at the end ``S`` of the last timestep's cell.
     """
     k = settings.kafka
     key = settings.stream.id.encode()
@@ -156,10 +171,13 @@ def checkpoint_records(cp: Checkpoint, settings: Settings, now: float | None = N
     schedule = PublishSchedule.from_settings(settings)
     step_s = settings.stream.timestep.total_seconds()
     records = [OutRecord(k.output_topic, o.key, o.value, o.headers) for o in cp.outputs if o.role == "domain"]
-    records += [OutRecord(k.output_topic, key, r.message,
-                          timestamp_ms=record_timestamp_ms(schedule, r.cell, -math.inf if now is None else now,
-                                                           step_s))
-                for r in cp.releases]
+    at = -math.inf if now is None else now
+    records += [OutRecord(k.output_topic, key, p.message, timestamp_ms=record_timestamp_ms(schedule, r.cell, at, step_s))
+                for r in cp.releases for p in r.outputs]
+    if cp.flush is not None:
+        records += [OutRecord(k.output_topic, key, p.message,
+                              timestamp_ms=record_timestamp_ms(schedule, cp.flush.cell, at, step_s))
+                    for p in cp.flush.published]
     records += [OutRecord(topics[o.role], o.key, o.value, o.headers) for o in cp.outputs if o.role != "domain"]
     if not records:
         # A transaction that carries only offsets: the embedded broker drops its offset commit
@@ -271,12 +289,6 @@ class Service:
         s, k = self.settings, self.settings.kafka
         self.health.set(False, "connecting")
         pipeline_probe = ReleasePipeline(s)  # domain message and validation of the config
-        if pipeline_probe.post.delay:
-            # the pipeline publishes delayed timesteps (dpstream replay writes them); the Kafka loop's
-            # journal, recovery and end-of-stream flush do not carry them yet
-            raise ConfigurationError(
-                f"release.delay {pipeline_probe.post.delay}: the Kafka service does not publish delayed "
-                "timesteps yet (dpstream replay and dpstream evaluate do); set release.delay: 0 to run it")
         self.domain_bytes = pipeline_probe.domain_message().to_bytes()
         if k.create_topics:
             created = ensure_topics(k, {k.input_topic: k.topic_partitions, k.output_topic: k.topic_partitions,
@@ -359,6 +371,8 @@ class Service:
         self.committed = dict(plan.resume_offsets)
         self.reader.seek(self.positions)
         self.released = self.pipeline.next_index
+        if journal.index:  # the last timestep on the output topic (release.delay: k behind the last sealed)
+            self.metrics.last_published.set(max(journal.index))
         self.committed_seq = journal.last_seq  # re-sent above when it was one ahead of Kafka
         if s.stream.end == LAST_RECORD:  # the largest record time so far and the decision, journaled
             saved = windowing.get("end")
@@ -369,9 +383,11 @@ class Service:
         self.metrics.info.info({"stream": self.stream_id, "decision": s.release.decision,
                                 "mechanism": s.release.mechanism, "unit": s.privacy.unit,
                                 "config_fingerprint": self.fingerprint[:16]})
+        waiting = self.pipeline.unpublished  # release.delay: released, published k timesteps later
         log(_log, logging.INFO, "started", stream=self.stream_id, next_timestep=self.pipeline.next_index,
             journal_checkpoints=journal.last_seq, partitions=len(self.reader.partitions),
-            resumed_from_offsets=bool(plan.resume_offsets))
+            resumed_from_offsets=bool(plan.resume_offsets),
+            **({"unpublished": list(waiting)} if self.pipeline.post.delay else {}))
         if self._output_timestamp_warning:  # after the start can no longer fail (a fatal error comes alone)
             log(_log, logging.WARNING, self._output_timestamp_warning)
         self.health.set(True, "running")
@@ -394,6 +410,12 @@ class Service:
         """The first timestep index never to seal (``--max-timesteps``, ``stream.end``), or None."""
         assert self.pipeline is not None
         return self.end.stop_index(self.pipeline.window.first_cell, self.positions)
+
+    def _sealed_to_the_end(self) -> bool:
+        """Every timestep up to the stream's end (``--max-timesteps``, ``stream.end``) is sealed."""
+        assert self.pipeline is not None
+        stop = self._stop_index()
+        return stop is not None and self.pipeline.next_index >= stop
 
     def _finished(self) -> bool:
         stop = self._stop_index()
@@ -425,10 +447,12 @@ class Service:
             return None
         for r in journal.last.releases if journal.last else ():
             if r.timestep == index and r.cell is not None:
+                published = {} if r.published is None else {
+                    "published": [p.message.decode("ascii") for p in r.published]}  # release.delay
                 return {"version": JOURNAL_VERSION, "stream": self.stream_id,
                         "config_fingerprint": self.fingerprint, "index": index, "cell": r.cell,
                         "release_id": r.release_id, "payload": r.message.decode("ascii"),
-                        "engine_state": r.engine, "window": {}}
+                        "engine_state": r.engine, "window": {}, **published}
         raise JournalError(f"timestep {index} was already released but the pipeline is sealing it again, and "
                            "its bytes are no longer in the journal: state is inconsistent; refusing")
 
@@ -446,6 +470,8 @@ class Service:
             if batch:
                 self._ingest(batch, live=live)
             self._seal()
+            if self.pending.flush is None and self._sealed_to_the_end():
+                self._flush_end()  # release.delay: in the transaction of the last timestep
             if self._due() and not self._checkpoint():
                 break
             self._update_lag()
@@ -454,10 +480,29 @@ class Service:
                     bounded_by=self.end.reason())
                 break
         self.health.set(False, "stopping")
+        if self._finished():
+            self._flush_end()  # a stream whose end came in an earlier run (or a lowered --max-timesteps)
         if self.pending or self.positions != self.committed:
             self._checkpoint()  # finish: commit what was processed (returns early if Kafka is failing)
         log(_log, logging.INFO, "stopped", next_timestep=self.pipeline.next_index)
         return EXIT_OK
+
+    def _flush_end(self) -> None:
+        """``release.delay: k`` at the clean end of the stream (``--max-timesteps``, ``stream.end``):
+        the last timesteps waiting for publication go into the final checkpoint, with the engine
+        snapshot that has none left (so a restart does not publish them again). Post-processing of
+        releases only: nothing is drawn or charged. Nothing to do without a delay, or when a previous
+        run already flushed them."""
+        assert self.pipeline is not None
+        flushed = self.pipeline.flush()
+        if not flushed:
+            return
+        cell = self.pipeline.window.next_cell
+        published = tuple(Published(m.timestep.index, m.release_id, payload) for m, payload in flushed)
+        self.pending.flush = JournaledFlush(published, self.pipeline.snapshot()["engine"],
+                                            None if cell is None else cell - 1)
+        log(_log, logging.INFO, "flushed the delayed timesteps at the end of the stream",
+            timesteps=[p.timestep for p in published], delay=self.pipeline.post.delay)
 
     def _poll(self) -> list[tuple[int, list[Any]]]:
         assert self.reader is not None
@@ -674,6 +719,8 @@ class Service:
         since = time.monotonic() - self._last_checkpoint
         if len(self.pending.outputs) >= self.settings.service.max_buffered_records:
             return True
+        if self.pending.flush is not None and not self.pending.releases:
+            return True
         if self.pending.releases:
             return (since >= interval or self._backlog
                     or len(self.pending.releases) >= self.settings.service.max_releases_per_checkpoint
@@ -684,8 +731,10 @@ class Service:
     def _journaled_release(self, sealed: SealedRelease) -> JournaledRelease:
         ledger = tuple(e.to_json() for e in sealed.release.ledger) if sealed.release is not None else ()
         events = self.open_events.pop(sealed.cell, 0)
+        published = None if sealed.delayed is None else tuple(
+            Published(m.timestep.index, m.release_id, payload) for m, payload in sealed.delayed)
         return JournaledRelease(sealed.index, sealed.release_id, sealed.kind, sealed.payload, ledger,
-                                sealed.engine_snapshot(), {"events": events}, sealed.cell)
+                                sealed.engine_snapshot(), {"events": events}, sealed.cell, published)
 
     def _checkpoint(self) -> bool:
         """Journal (fsync) then commit one transaction. False when stopped before it committed."""
@@ -693,15 +742,19 @@ class Service:
         started = time.monotonic()
         pending, self.pending = self.pending, _Pending()
         releases = tuple(self._journaled_release(s) for s, _ in pending.releases)
+        published = tuple(p for r in releases for p in r.outputs) + (
+            pending.flush.published if pending.flush is not None else ())
         window = self.pipeline.window.snapshot(include_buffers=True)
-        # alert events of these releases: in this checkpoint, hence in the same transaction
-        alerts = () if self.alerts is None else tuple(self.alerts.observe([r.message for r in releases]))
+        # alert events of the messages this checkpoint publishes (release.delay: timestep t − k's):
+        # in this checkpoint, hence in the same transaction
+        alerts = () if self.alerts is None else tuple(self.alerts.observe([p.message for p in published]))
         cp = Checkpoint(self.journal.last_seq + 1, dict(self.committed), dict(self.positions), releases,
                         tuple(pending.outputs) + alerts,
                         {"window": window, "open_events": {str(c): n for c, n in self.open_events.items()},
                          "record_times": {str(p): t for p, t in sorted(self.record_times.items())},
                          **({"end": self.end.last.snapshot()} if self.end.last is not None else {}),
-                         **({"alerts": self.alerts.snapshot()} if self.alerts is not None else {})})
+                         **({"alerts": self.alerts.snapshot()} if self.alerts is not None else {})},
+                        flush=pending.flush)
         t0 = time.monotonic()
         self._append(cp)
         self.metrics.journal_fsync.observe(time.monotonic() - t0)
@@ -722,14 +775,17 @@ class Service:
             m.releases.labels(r.kind).inc()
             if sealed.recovered:
                 m.releases_resent.inc()
+        if published:
+            m.last_published.set(published[-1].timestep)
         if releases:
             self.released = releases[-1].timestep + 1
             m.last_timestep.set(releases[-1].timestep)
             m.last_release_time.set(time.time())
             self._publish_budget()
             # no per-checkpoint late or dead-letter counts: raw per-timestep figures (docs/privacy.md §9)
+            delayed = {"published": [p.timestep for p in published][:8]} if self.pipeline.post.delay else {}
             log(_log, logging.INFO, "released", timesteps=[r.timestep for r in releases][:8],
-                kinds=sorted({r.kind for r in releases}), checkpoint=cp.seq)
+                kinds=sorted({r.kind for r in releases}), checkpoint=cp.seq, **delayed)
         try:
             if self.journal.maybe_compact(self.settings.service.journal_compact_bytes):
                 log(_log, logging.INFO, "compacted the journal", size_bytes=self.journal.size)
@@ -787,7 +843,7 @@ class Service:
                 self.writer.commit(records, offsets, cp.seq)
                 self.metrics.transactions.labels("committed").inc()
                 if self.public is not None:  # committed, hence public: now the public port may show it
-                    self.public.add_many(r.message for r in cp.releases)
+                    self.public.add_many(p.message for p in cp.published)
                 if not self.health.ready and not self.stop.is_set():
                     self.health.set(True, "running")
                 return True

@@ -42,6 +42,7 @@ CLASSES: dict[str, str] = {
     "dpstream_epsilon_budget": "public",
     "dpstream_budget_exhausted": "public",
     "dpstream_last_released_timestep": "public",
+    "dpstream_last_published_timestep": "public",
     "dpstream_build": "public",
     "dpstream_messages_consumed": "volume",
     "dpstream_events_consumed": "volume",
@@ -171,8 +172,13 @@ class Metrics:
         self.behind_schedule = Gauge(
             "release_behind_schedule_seconds", "service.publish: on-schedule: how far past its scheduled release "
             "time the next timestep is while it waits to be complete (0: on schedule).", namespace=ns, registry=r)
-        self.last_timestep = Gauge("last_released_timestep", "Index of the last timestep released.",
-                                   namespace=ns, registry=r)
+        self.last_timestep = Gauge("last_released_timestep", "Index of the last timestep released (its noise "
+                                   "drawn, journaled and committed).", namespace=ns, registry=r)
+        self.last_published = Gauge(
+            "last_published_timestep", "Index of the last timestep whose release message is on the output topic: "
+            "last_released_timestep - release.delay while the stream runs (equal without a delay; -1 until the "
+            "first one, timestep 0 being published at timestep release.delay).", namespace=ns, registry=r)
+        self.last_published.set(-1)
         self.ready = Gauge("ready", "1 when /readyz answers 200: recovered, last transaction committed, journal "
                            "writable, broker reachable, release loop turning.", namespace=ns, registry=r)
         self.broker_connected = Gauge(

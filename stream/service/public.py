@@ -245,7 +245,7 @@ def make_public_app(feed: ReleaseFeed, domain: Callable[[], bytes | None]) -> Ca
             latest = feed.latest()
             if latest is None:
                 return _error("404 Not Found", "no release published yet: the first one follows the end of "
-                                               "the first timestep")
+                                               "the first timestep (of timestep k under release.delay: k)")
             return "200 OK", [("Content-Type", _JSON)], latest
         if path == "/api/releases":
             return releases(query)

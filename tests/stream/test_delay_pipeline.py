@@ -46,9 +46,11 @@ def test_each_timestep_is_published_once_in_order_k_timesteps_late_with_the_smoo
     rows = _counts(pipe.domain.size)
     per_step = _publish(pipe, rows)
     assert per_step[:K] == [[]] * K  # nothing until t ≥ k (documented in docs/api.md)
+    assert list(pipe.unpublished) == [T - K + i for i in range(K)]
     assert all(len(p) == 1 for p in per_step[K:])
     tail = [p for _, p in pipe.flush()]
     assert len(tail) == K and pipe.flush() == []  # flushed once
+    assert list(pipe.unpublished) == []
     published = [m for step in per_step for m in step] + tail
     messages = [parse_release(p) for p in published]
     assert [m.timestep.index for m in messages] == list(range(T))
@@ -119,26 +121,6 @@ def test_replay_writes_the_delayed_stream(tmp_path):
     assert lines[1:] == expected
 
 
-def test_the_kafka_service_refuses_a_delay_for_now(tmp_path, monkeypatch):
-    """The Kafka loop's journal and recovery do not carry delayed timesteps yet: it says so at start-up."""
-    import threading
-
-    import stream.service.loop as loop_mod
-    from controller.errors import ConfigurationError
-    from stream.service.http import Health
-    from stream.service.metrics import Metrics
-    from stream.service.testing import FakeKafka, fake_kafka_parts
-
-    for name, value in fake_kafka_parts(FakeKafka(start=1_700_000_000.0, output_topic="out")).items():
-        monkeypatch.setattr(loop_mod, name, value)
-    s = small_settings(privacy={"epsilon": 20}, release={"postprocess": "model", "delay": K},
-                       service={"state_dir": str(tmp_path)}).validate_all()
-    svc = loop_mod.Service(s, metrics=Metrics(), health=Health(), stop=threading.Event(), max_timesteps=3)
-    with pytest.raises(ConfigurationError, match="Kafka service does not publish delayed timesteps yet"):
-        svc.start()
-    svc.close()
-
-
 def test_noise_is_drawn_once_per_timestep_whatever_the_delay():
     """The delay is post-processing: the engine's releases (kind, ε) are those of the undelayed stream."""
     a, b = ReleasePipeline(_settings()), ReleasePipeline(_settings(0, "model+nonnegative"))
@@ -189,3 +171,34 @@ def test_timesteps_before_the_first_fresh_release_keep_their_placeholder_and_sta
     head = [p for step in _publish(first, rows[:4]) for p in step]
     again = late_start(ReleasePipeline.restore(s, json.loads(json.dumps(first.snapshot()))))
     assert head + [p for step in _publish(again, rows[:12], 4) for p in step] == whole
+
+
+def test_a_recalled_timestep_resends_what_its_step_published():
+    """``recall`` (a timestep the journal already holds) re-sends, without drawing, the messages that
+    step published (timestep ``index − k``'s), not its own release; an entry that does not say what
+    it published is refused."""
+    s = _settings()
+    first = ReleasePipeline(s)
+    rows = _counts(first.domain.size)
+    sealed = [first.release_counts(r) for r in rows[:6]]
+    entries = [json.loads(json.dumps(x.journal_entry())) for x in sealed]
+    assert [len(e["published"]) for e in entries] == [0, 0, 1, 1, 1, 1]
+    again = ReleasePipeline.resume_after(s, entries[3], recall=lambda i: entries[i] if i < 6 else None)
+    got = [again.release_counts(r) for r in rows[4:6]]
+    assert all(x.recovered for x in got)
+    assert [[p for _, p in x.outputs] for x in got] == [[p for _, p in x.outputs] for x in sealed[4:6]]
+    assert [parse_release(x.outputs[0][1]).timestep.index for x in got] == [2, 3]
+    assert [p for _, p in again.flush()] == [p for _, p in first.flush()]  # and the same queue after them
+    entry = {k: v for k, v in entries[4].items() if k not in ("published", "checksum")}
+    lost = ReleasePipeline.resume_after(s, entries[3], recall=lambda i: entry)
+    with pytest.raises(StateError, match="does not say what it published"):
+        lost.release_counts(rows[4])
+
+
+def test_check_config_says_what_the_delay_does_to_publication():
+    from stream.commands.check_config import delay_lines
+
+    (line,) = delay_lines(_settings())
+    assert line.startswith(f"release.delay {K}: timestep t is published with the release of t + {K}")
+    assert "nothing during the first 2 timesteps" in line and "stream's end" in line
+    assert delay_lines(_settings(0, "model")) == []

@@ -235,6 +235,9 @@
     const day = (t) => t.slice(0, 10), clock = (t) => t.slice(11).replace("Z", "");
     $("period").textContent = day(r.timestep.start) + " " + clock(r.timestep.start) + " – " +
       (day(r.timestep.end) === day(r.timestep.start) ? "" : day(r.timestep.end) + " ") + clock(r.timestep.end) + " UTC";
+    // release.delay: the stream publishes each timestep k timesteps late, smoothed with the later releases
+    $("lag-note").textContent = r.lag ? "published " + r.lag.delay + " timestep" + (r.lag.delay === 1 ? "" : "s") +
+      " late, smoothed with the releases through timestep " + r.lag.smoothed_through : "";
     const kind = $("kind");
     kind.textContent = r.kind;
     kind.className = "badge " + r.kind;

@@ -230,3 +230,40 @@ def test_live_page_shows_the_declared_queries_of_the_release(browser, tmp_path, 
         assert "±" in w.text('#declared-rows tr[data-query="low_x"]')
         assert w.page.locator("#declared-panel").is_visible()
         w.close(tmp_path / "live-declared.png")
+
+
+def test_live_page_of_a_delayed_stream_says_how_late_and_how_far_it_smoothed(browser, tmp_path, monkeypatch):
+    """``release.delay: 2``: the page shows the latest *published* timestep (two behind the last one
+    released), says it was published 2 timesteps late and smoothed through the timestep that
+    published it, and its series holds every published timestep once, in order."""
+    from stream.config import load_settings
+    from tests.stream.service.live_helpers import ONE_D
+
+    settings = load_settings(None, **{
+        "stream": {"id": "live-lag", "timestep": "1s", "start": "2023-11-14T22:13:20Z"},
+        "schema": {"attributes": ONE_D},
+        "privacy": {"unit": "user-level", "epsilon": 1, "horizon": 200, "cutoff": 200, "population": 1000},
+        "release": {"decision": "uniform", "mechanism": "lpa", "postprocess": "model+nonnegative", "delay": 2},
+        "kafka": {"input_topic": "in", "output_topic": "out", "record_time": "log-append-time",
+                  "create_topics": False},
+        "service": {"state_dir": str(tmp_path / "state"), "poll_timeout": "20ms", "http_port": 0, "public_port": 0},
+    })
+    svc, _ = paced_service(monkeypatch, settings, pace=0.3, events_per_step=300, burst=8)
+    with svc:
+        _wait(lambda: svc.published() >= 8, "8 releases before the page opens")
+        w = Watched(browser, public_url(svc))
+        _wait(lambda: w.count("#series circle.pt") >= 6, "the published history in the series")
+        for _ in range(20):  # read the card and the release it shows at one moment
+            r = w.shown_release()
+            note = w.text("#lag-note")
+            if f"Timestep {r['timestep']['index']}" == w.text("#timestep"):
+                break
+        assert r["lag"] == {"delay": 2, "smoothed_through": r["timestep"]["index"] + 2}
+        assert note == f"published 2 timesteps late, smoothed with the releases through timestep {r['timestep']['index'] + 2}"
+        steps = [int(t) for t in w.page.locator("#series circle.pt").evaluate_all(
+            "els => els.map(e => e.getAttribute('data-timestep'))")]
+        assert steps == list(range(steps[0], steps[0] + len(steps)))
+        _wait(lambda: svc.metric("dpstream_last_published_timestep") == svc.metric("dpstream_last_released_timestep") - 2,
+              "the metrics of one checkpoint")
+        assert svc.metric("dpstream_last_published_timestep") >= steps[-1]
+        w.close(tmp_path / "live-lag.png")
