@@ -184,11 +184,18 @@ class _Kellaris:
 
     def _errors(self, state: KellarisRuns, ctx: RunsContext, steps: np.ndarray) -> np.ndarray:
         """The error a publication of ``steps`` steps would add, per row: the mechanism's expected
-        absolute error per bin times the bins (its public error model; cached per ε)."""
-        errors, bins = state.errors, int(ctx.counts.size)  # type: ignore[union-attr]
+        absolute error per bin times the bins (its public error model; cached per ε). A mechanism
+        that also states the model for ε in whole units (LPA's ``expected_abs_error_in_units``, bit
+        for bit the same float) is asked that way, without ``Fraction`` arithmetic per ε."""
+        errors, bins, mech = state.errors, int(ctx.counts.size), ctx.mechanism  # type: ignore[union-attr]
         keys = steps.tolist()
-        for k in set(keys).difference(errors):
-            errors[k] = ctx.mechanism.expected_abs_error(k * self.step, bins) * bins  # type: ignore[union-attr]
+        missing = set(keys).difference(errors)
+        if missing:
+            step = self.step
+            in_units = getattr(mech, "expected_abs_error_in_units", None)
+            for k in missing:
+                per_bin = in_units(k, step) if in_units is not None else mech.expected_abs_error(k * step, bins)  # type: ignore[union-attr]
+                errors[k] = per_bin * bins
         return np.array([errors[k] for k in keys], dtype=np.float64)
 
     def _dissimilar_runs(self, state: KellarisRuns, ctx: RunsContext, rows: np.ndarray,
