@@ -103,7 +103,7 @@ class KellarisRuns:
     :class:`KellarisState` at each timestep, so the journaled state is never mutated).
 
     Attributes:
-        t: the last timestep decided (−1 before the first); timesteps come in order.
+        t: the last timestep decided (−1 before the first); every timestep is decided, in order.
         last_publication: ``(R,)`` each run's last fresh timestep (−1: none).
         nullified: ``(R,)`` BA: timesteps after ``last_publication`` that are nullified (skipped).
         window: ``(R, w)`` BD: the publication ε of timestep ``s`` at column ``s mod w`` while ``s`` is
@@ -211,8 +211,9 @@ class _Kellaris:
         """Every run: test (and pay ε/(2w)) where a publication could be made, publish where the
         noisy dissimilarity exceeds that publication's error. ``state`` is updated in place."""
         t = ctx.timestep
-        if t <= state.t:
-            raise StateError(f"{self.name}: timestep {t} decided after {state.t}: decide timesteps in order")
+        if t != state.t + 1:
+            raise StateError(f"{self.name}: timestep {t} decided after {state.t}: the runs' state is "
+                             "stepped every timestep, in order (convert a journaled state with decide)")
         test, step, budget = self._amounts(state, ctx)[1:]
         steps = self._potential(state, ctx, step, budget)
         state.t = t
@@ -296,11 +297,7 @@ class BudgetDistribution(_Kellaris):
         if window is None:
             dtype = object if isinstance(step, Fraction) else np.int64
             window = state.window = np.zeros((ctx.runs, w), dtype=dtype)
-        if t == state.t + 1:
-            window[:, t % w] = 0  # the publication of t − w leaves the window
-        else:  # timesteps were skipped: clear every column from state.t + 1 (or t − w + 1) to t
-            for s in range(max(state.t + 1, t - w + 1), t + 1):
-                window[:, s % w] = 0
+        window[:, t % w] = 0  # the publication of t − w leaves the window
         return bd_publication_steps(budget - window.sum(axis=1), step)
 
     def _one_run(self, state: KellarisState, t: int) -> KellarisRuns:
