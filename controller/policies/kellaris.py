@@ -114,12 +114,14 @@ class KellarisRuns:
         amounts: ``(ledger, test ε, step ε, BD's budget ε)`` in that ledger's representation.
         test_scale: the test's noise scale Δ/ε_test (one object for the whole run: lab noise
             sources key their blocks by it).
+        step: the ε every publication is a whole number of (:attr:`_Kellaris.step`).
     """
 
     t: int
     last_publication: np.ndarray
     nullified: np.ndarray
     test_scale: Fraction
+    step: Fraction
     window: np.ndarray | None = None
     errors: dict[int, float] = field(default_factory=dict)
     amounts: tuple[Any, Any, Any, Any] | None = None
@@ -164,7 +166,8 @@ class _Kellaris:
 
     def reset_runs(self, runs: int) -> KellarisRuns:
         """R runs before the first timestep."""
-        return KellarisRuns(-1, np.full(runs, -1, dtype=np.int64), np.zeros(runs, dtype=np.int64), self.test_scale)
+        return KellarisRuns(-1, np.full(runs, -1, dtype=np.int64), np.zeros(runs, dtype=np.int64), self.test_scale,
+                            self.step)
 
     def _recent(self, state: KellarisState, t: int) -> tuple[tuple[int, Fraction], ...]:
         return tuple(p for p in state.publications if p[0] > t - self.unit.w)
@@ -191,7 +194,7 @@ class _Kellaris:
         keys = steps.tolist()
         missing = set(keys).difference(errors)
         if missing:
-            step = self.step
+            step = state.step
             in_units = getattr(mech, "expected_abs_error_in_units", None)
             for k in missing:
                 per_bin = in_units(k, step) if in_units is not None else mech.expected_abs_error(k * step, bins)  # type: ignore[union-attr]
