@@ -552,63 +552,6 @@ class _Sampling(_Kernel):
         return noisy
 
 
-class _Kellaris(_Kernel):
-    """BD and BA (:mod:`controller.policies.kellaris`)."""
-
-
-    def __init__(self, policy: Any, run: _Run) -> None:
-        super().__init__(policy, run)
-        R = run.R
-        self.bd = isinstance(policy, BudgetDistribution)
-        self.pub = np.zeros((R, run.T), dtype=np.int64)  # publication ε by timestep (units)
-        self.last_pub = np.full(R, -1, dtype=np.int64)
-        self.nullified = np.zeros(R, dtype=np.int64)
-        self.e_test = run.units(policy.test_epsilon)
-        self.test_scale = Fraction(policy.sensitivity) / policy.test_epsilon
-        if self.bd:
-            self.budget = run.units(policy.publication_budget)
-            self.grid = run.units(policy.grid)
-        else:
-            self.share = run.units(policy.share)
-        self.errors: dict[int, float] = {}
-
-    def _error(self, units: np.ndarray) -> np.ndarray:
-        """``mech.expected_abs_error(ε) · bins`` per run, as the policy computes it (cached by ε)."""
-        errors = self.errors
-        keys = units.tolist()
-        run = self.run
-        for u in set(keys).difference(errors):
-            errors[u] = run.mech.expected_abs_error_in_units(u, run.unit) * run.U
-        return np.array([errors[u] for u in keys], dtype=np.float64)
-
-    def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        run, w = self.run, self.p.unit.w
-        if self.bd:
-            remaining = self.budget - self.pub[:, max(0, t - w + 1):t].sum(axis=1)
-            potential = np.where(remaining > 0, remaining // (2 * self.grid) * self.grid, 0)
-            ok = (potential > 0) & run.ledger.can_spend(t, self.e_test + potential)
-        else:
-            active = t - self.last_pub > self.nullified
-            available = np.minimum(t - (self.last_pub + self.nullified), w)
-            potential = self.share * available
-            ok = active & run.ledger.can_spend(t, self.e_test + potential)
-        rows = ok.nonzero()[0]
-        none = np.zeros(0, dtype=np.int64)
-        if not rows.size:
-            return none, none
-        run.ledger.spend(t, rows, self.e_test, "test")
-        noisy = run.l1(t, rows) + run.noise.laplace(rows, self.test_scale, None)
-        pot = potential[rows]
-        fresh = noisy > self._error(pot)
-        fresh_rows = rows[fresh]
-        eps = pot[fresh]
-        self.pub[fresh_rows, t] = eps
-        self.last_pub[fresh_rows] = t
-        if not self.bd:
-            self.nullified[fresh_rows] = available[fresh_rows] - 1
-        return fresh_rows, eps
-
-
 class _Pegasus(_Kernel):
     """PeGaSus (:class:`controller.policies.wevent.PegasusPolicy`): perturb, group, smooth."""
 
@@ -722,8 +665,8 @@ _KERNELS: dict[type, type[_Kernel]] = {
     FixedPolicy: _PolicyKernel,
     SamplePolicy: _PolicyKernel,
     WEventSamplingPolicy: _Sampling,
-    BudgetDistribution: _Kellaris,
-    BudgetAbsorption: _Kellaris,
+    BudgetDistribution: _PolicyKernel,
+    BudgetAbsorption: _PolicyKernel,
     PegasusPolicy: _Pegasus,
     FastPolicy: _Fast,
 }

@@ -48,7 +48,8 @@ def documented(eps: Fraction, recent: list[Fraction]) -> tuple[Fraction, Fractio
 def decide(eps: Fraction, w: int, recent: list[Fraction], monkeypatch) -> Fraction | None:  # type: ignore[no-untyped-def]
     """The production BD's publication ε at timestep ``w`` after ``recent`` (at timesteps 1…), None if it
     did not publish."""
-    monkeypatch.setattr(BudgetDistribution, "_dissimilar", lambda self, ctx, potential: True)
+    monkeypatch.setattr(BudgetDistribution, "_dissimilar_runs",
+                        lambda self, state, ctx, rows, error: np.ones(rows.size, dtype=bool))
     policy = BudgetDistribution(WEvent(eps, w))
     t = w
     acct = policy.new_accountant()
@@ -104,16 +105,16 @@ def test_bd_publication_epsilon_is_half_the_remainder_rounded_down_on_the_grid(c
     assert bd_publication_epsilon(remaining, grid) == want
 
 
-def _round_up(remaining: Fraction, grid: Fraction) -> Fraction:
-    """The broken variant: the half rounded *up* to the grid (more than the paper's rule)."""
-    return -(-(remaining / 2) // grid) * grid if remaining > 0 else Fraction(0)
+def _round_up(remaining, grid):  # type: ignore[no-untyped-def]
+    """The broken variant: the half rounded *up* to the grid (more than the paper's rule), in steps."""
+    return np.where(remaining > 0, -(-remaining // (2 * grid)), 0)
 
 
 def test_rounding_up_is_caught():
     """The property's check fails on the broken variant (the publication ε above half the remainder)."""
     eps, w, recent = Fraction(1), 4, [5 * G1]
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(kellaris, "bd_publication_epsilon", _round_up)
+        monkeypatch.setattr(kellaris, "bd_publication_steps", _round_up)
         got = decide(eps, w, recent, monkeypatch)
     want, _ = documented(eps, recent)
     assert got is not None and got > want and got > (eps / 2 - recent[0]) / 2

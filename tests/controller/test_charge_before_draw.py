@@ -27,7 +27,6 @@ import pytest
 from controller.policies.kellaris import BudgetDistribution
 from controller.step import Engine, EngineState, LastRelease, Release
 from controller.units import WEvent
-from histogram.distance import l1_distance
 from histogram.lpa import LaplaceMechanism
 from histogram.noise import Randomness
 from tests.engine_helpers import BINS, all_engines, stream
@@ -163,11 +162,10 @@ def test_reverse_order_is_caught(unit, name):
 class _TestDrawnFirst(BudgetDistribution):
     """Broken BD: draws the dissimilarity noise, then charges the test."""
 
-    def _dissimilar(self, ctx, potential):  # type: ignore[no-untyped-def]
-        noise = int(ctx.noise.discrete_laplace(Fraction(self.sensitivity) / self.test_epsilon))
-        ctx.accountant.spend(ctx.timestep, self.test_epsilon, "test")
-        noisy = l1_distance(ctx.counts, ctx.last_counts) + noise
-        return noisy > ctx.mechanism.expected_abs_error(potential, ctx.bins) * ctx.bins
+    def _dissimilar_runs(self, state, ctx, rows, error):  # type: ignore[no-untyped-def]
+        noise = ctx.noise.laplace(rows, Fraction(self.sensitivity) / self.test_epsilon, None)
+        ctx.ledger.spend(ctx.timestep, rows, ctx.ledger.amount(self.test_epsilon), "test")
+        return ctx.l1(rows) + noise > error
 
 
 def test_decision_drawn_before_its_charge_is_caught():

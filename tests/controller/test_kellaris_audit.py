@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from controller.accountant import Accountant, WindowAccountant
-from controller.policies.base import REPUBLISH, DecisionContext, fresh
+from controller.policies.base import DecisionContext
 from controller.policies.kellaris import (
     GRID_STEPS,
     BudgetAbsorption,
@@ -56,34 +56,28 @@ BINS = 4
 class _ScaleIgnoresW:
     """Draws the test noise at Δ/(ε/2): forgets that each timestep's test has only ε/(2w)."""
 
-    def _dissimilar(self, ctx, potential):  # type: ignore[no-untyped-def]
-        t = ctx.timestep
-        ctx.accountant.spend(t, self.test_epsilon, "test")
+    def _dissimilar_runs(self, state, ctx, rows, error):  # type: ignore[no-untyped-def]
+        ctx.ledger.spend(ctx.timestep, rows, ctx.ledger.amount(self.test_epsilon), "test")
         scale = Fraction(self.sensitivity) / (self.unit.epsilon / 2)
-        noisy = l1_distance(ctx.counts, ctx.last_counts) + int(ctx.noise.discrete_laplace(scale))
-        return noisy > ctx.mechanism.expected_abs_error(potential, ctx.bins) * ctx.bins
+        return ctx.l1(rows) + ctx.noise.laplace(rows, scale, None) > error
 
 
 class _ScaleIgnoresSensitivity:
     """Scale 1/ε_test: ignores the contribution bound Δ (broken whenever Δ > 1)."""
 
-    def _dissimilar(self, ctx, potential):  # type: ignore[no-untyped-def]
-        t = ctx.timestep
-        ctx.accountant.spend(t, self.test_epsilon, "test")
+    def _dissimilar_runs(self, state, ctx, rows, error):  # type: ignore[no-untyped-def]
+        ctx.ledger.spend(ctx.timestep, rows, ctx.ledger.amount(self.test_epsilon), "test")
         scale = 1 / self.test_epsilon
-        noisy = l1_distance(ctx.counts, ctx.last_counts) + int(ctx.noise.discrete_laplace(scale))
-        return noisy > ctx.mechanism.expected_abs_error(potential, ctx.bins) * ctx.bins
+        return ctx.l1(rows) + ctx.noise.laplace(rows, scale, None) > error
 
 
 class _ChargesHalf:
     """Draws the right noise but charges the ledger only half of ε_test."""
 
-    def _dissimilar(self, ctx, potential):  # type: ignore[no-untyped-def]
-        t = ctx.timestep
-        ctx.accountant.spend(t, self.test_epsilon / 2, "test")
+    def _dissimilar_runs(self, state, ctx, rows, error):  # type: ignore[no-untyped-def]
+        ctx.ledger.spend(ctx.timestep, rows, ctx.ledger.amount(self.test_epsilon / 2), "test")
         scale = Fraction(self.sensitivity) / self.test_epsilon
-        noisy = l1_distance(ctx.counts, ctx.last_counts) + int(ctx.noise.discrete_laplace(scale))
-        return noisy > ctx.mechanism.expected_abs_error(potential, ctx.bins) * ctx.bins
+        return ctx.l1(rows) + ctx.noise.laplace(rows, scale, None) > error
 
 
 def _variant(base: type, mixin: type, name: str) -> type:
@@ -101,18 +95,9 @@ TEST_VARIANTS = {
 class _BAAbsorbsExtra(BudgetAbsorption):
     """Absorbs one share more than the timesteps skipped since the last nullified stretch."""
 
-    def decide(self, state, ctx):  # type: ignore[no-untyped-def]
-        t = ctx.timestep
-        state = replace(state, publications=self._recent(state, t))
-        if t - state.last_publication <= state.nullified:
-            return REPUBLISH, state
-        available = min(t - (state.last_publication + state.nullified), self.unit.w) + 1
-        potential = self.share * available
-        if not ctx.accountant.can_spend(t, self.test_epsilon + potential):
-            return REPUBLISH, state
-        if self._dissimilar(ctx, potential):
-            return fresh(potential), replace(state, last_publication=t, nullified=available - 1)
-        return REPUBLISH, state
+    def _potential(self, state, ctx, step, budget):  # type: ignore[no-untyped-def]
+        shares = super()._potential(state, ctx, step, budget)
+        return np.where(shares > 0, shares + 1, 0)
 
 
 @dataclass(frozen=True)
@@ -139,16 +124,10 @@ class _BANullifyTooShort(BudgetAbsorption):
 class _BDWholeRemainder(BudgetDistribution):
     """Publishes with everything the window has left instead of half of it."""
 
-    def decide(self, state, ctx):  # type: ignore[no-untyped-def]
-        t = ctx.timestep
-        recent = self._recent(state, t)
-        state = replace(state, publications=recent)
-        potential = self.publication_budget - sum((e for _, e in recent), Fraction(0))
-        if potential <= 0 or not ctx.accountant.can_spend(t, self.test_epsilon + potential):
-            return REPUBLISH, state
-        if self._dissimilar(ctx, potential):
-            return fresh(potential), replace(state, publications=recent + ((t, potential),), last_publication=t)
-        return REPUBLISH, state
+    def _potential(self, state, ctx, step, budget):  # type: ignore[no-untyped-def]
+        super()._potential(state, ctx, step, budget)  # moves the window on
+        remaining = budget - state.window.sum(axis=1)
+        return np.where(remaining > 0, remaining // step, 0)
 
 
 @dataclass(frozen=True)

@@ -353,12 +353,35 @@ def test_both_sampling_policies_check_their_parameters_alike(policy, unit, wrong
 RUNS_CASES = [(u, m, e) for u, m, e in CASES if isinstance(e.policy, RunsPolicy)]
 
 
+class _EngineDrawers:
+    """Run r's noise at timestep t from the drawer the engine run of seed r uses there (:func:`run`):
+    the policy's decision draws, then (:meth:`release`) the release, in the engine's order."""
+
+    def __init__(self, runs: int) -> None:
+        self.rnd = [Randomness.seeded(r) for r in range(runs)]
+        self.t, self.drawers = -1, {}
+
+    def begin(self, t):  # type: ignore[no-untyped-def]
+        self.t, self.drawers = t, {}
+
+    def drawer(self, r):  # type: ignore[no-untyped-def]
+        if r not in self.drawers:
+            self.drawers[r] = self.rnd[r].drawer("s", self.t)
+        return self.drawers[r]
+
+    def laplace(self, runs, scale, size):  # type: ignore[no-untyped-def]
+        out = [np.asarray(self.drawer(r).discrete_laplace(scale, size), dtype=np.int64) for r in runs.tolist()]
+        return np.array(out, dtype=np.int64).reshape((len(out),) if size is None else (len(out), size))
+
+
 @pytest.mark.parametrize(("unit", "name", "engine"), RUNS_CASES, ids=[f"{u}-{m}" for u, m, _ in RUNS_CASES])
 def test_runs_axis_conformance(unit, name, engine):
-    """R runs of ``decide_runs`` decide and charge exactly as R single runs of the engine, on the
-    exact accountants and (w-event) on the unit ledger. The runs start from different ledgers (odd
-    runs carry an extra charge at timestep 0), so a decision that mixed up runs would show."""
-    policy, runs, timesteps = engine.policy, 4, 40
+    """R runs of ``decide_runs`` decide, charge and release exactly as R single runs of the engine, on
+    the exact accountants and (w-event) on the unit ledger. The runs start from different ledgers (odd
+    runs carry an extra charge at timestep 0), so a decision that mixed up runs would show. Each run
+    draws from its engine run's drawers (decision noise, then the release), so data-dependent rules
+    (BD, BA) see the same histograms and noise as the engine."""
+    policy, mech, runs, timesteps = engine.policy, engine.mechanism, 4, 40
     counts = stream(timesteps, seed=2)
     extra = policy.charges()[0]
     expected = []
@@ -368,7 +391,7 @@ def test_runs_axis_conformance(unit, name, engine):
             acct.spend(0, extra, "decision")
         state = replace(engine.initial_state(), accountant=acct)
         releases, _ = run(engine, counts, seed=r, state=state)
-        expected.append([(x.timestep, x.epsilon_release) for x in releases if x.kind == "fresh"])
+        expected.append([(x.timestep, x.epsilon_release, x.counts.tolist()) for x in releases if x.kind == "fresh"])
     assert any(expected[0] != e for e in expected[1:]) or name == "uniform" and unit == "user-level"
     ledgers = [AccountantLedger([policy.new_accountant() for _ in range(runs)])]
     if unit == "w-event":
@@ -376,12 +399,22 @@ def test_runs_axis_conformance(unit, name, engine):
     for ledger in ledgers:
         odd = np.arange(1, runs, 2)
         ledger.spend(0, odd, ledger.amount(extra), "decision")
-        state, fresh_count = policy.reset(), np.zeros(runs, dtype=np.int64)
-        got: list[list[tuple[int, Fraction]]] = [[] for _ in range(runs)]
+        reset_runs = getattr(policy, "reset_runs", None)
+        state = reset_runs(runs) if reset_runs is not None else policy.reset()
+        fresh_count = np.zeros(runs, dtype=np.int64)
+        last, has_last = np.zeros((runs, BINS), dtype=np.int64), np.zeros(runs, dtype=bool)
+        noise = _EngineDrawers(runs)
+        got: list[list[tuple[int, Fraction, list[int]]]] = [[] for _ in range(runs)]
         for t in range(timesteps):
-            decision, state = policy.decide_runs(state, RunsContext(t, runs, ledger, fresh_count))
+            noise.begin(t)
+            ctx = RunsContext(t, runs, ledger, fresh_count, counts=counts[t], last=last, has_last=has_last,
+                              noise=noise, mechanism=mech)
+            decision, state = policy.decide_runs(state, ctx)
             ledger.spend(t, decision.rows, decision.amounts, "publication")
             fresh_count[decision.rows] += 1
             for r, a in zip(decision.rows.tolist(), decision.amounts.tolist(), strict=True):
-                got[r].append((t, Fraction(a) * getattr(ledger, "unit", 1)))
+                eps = Fraction(a) * getattr(ledger, "unit", 1)
+                last[r] = mech.release(counts[t], eps, noise.drawer(r)).counts
+                has_last[r] = True
+                got[r].append((t, eps, last[r].tolist()))
         assert got == expected, type(ledger).__name__
