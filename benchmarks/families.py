@@ -26,8 +26,9 @@ import numpy as np
 
 from histogram.noise import Randomness
 from stream.config import Settings
-from stream.lab.evaluate import DATA_INDEPENDENT, check_methods, evaluate, split_method
+from stream.lab.evaluate import check_methods, evaluate, split_method
 from stream.lab.generate import build_config
+from stream.lab.vectorised import SHARED_DECISIONS
 from stream.planning.families import FAMILIES, FamilyParams, family_attributes, family_series
 
 PLAIN = ("uniform", "fixed", "sample", "bd", "ba")
@@ -85,7 +86,7 @@ def main() -> int:
     own = dict.fromkeys(methods, 0)
     cells = 0
     t0 = time.time()
-    fast = [m for m in methods if split_method(m)[0] in DATA_INDEPENDENT]
+    fast = [m for m in methods if split_method(m)[0] in SHARED_DECISIONS]
     shared: dict[str, list[str]] = {}
     for m in methods:
         if m not in fast:
