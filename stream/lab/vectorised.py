@@ -279,8 +279,9 @@ class _Metrics:
     the error figures): what every run published at each timestep is kept for a block of timesteps
     and handed to :meth:`RunErrors.add_block` in one array pass.
 
-    Timesteps may arrive out of order (``release.delay`` publishes timestep ``t − k`` at ``t``); a
-    block is handed on once all of its timesteps are in. Every timestep must be added exactly once."""
+    Timesteps may arrive out of order (``release.delay`` publishes timestep ``t − k`` at ``t``): those
+    beyond the current block wait aside; a block is handed on once all of its timesteps are in.
+    Every timestep must be added exactly once."""
 
     BLOCK = 128
 
@@ -288,32 +289,43 @@ class _Metrics:
         self.errors = RunErrors(workload, runs)
         self.timesteps = workload.timesteps
         self.block = max(1, min(self.BLOCK, (1 << 22) // max(1, runs * workload.bins)))
+        self.buf = np.zeros((runs, self.block, workload.bins))
         self.start = 0
-        self.pending: dict[int, np.ndarray] = {}
+        self.filled = np.zeros(self.block, dtype=bool)
+        self.count = 0
+        self.later: dict[int, np.ndarray] = {}  # timesteps past the current block (a delay)
 
     def add(self, t: int, published: np.ndarray) -> None:
         """Timestep ``t`` published ``published`` (``(R, U)``) in every run (copied)."""
-        if t < self.start or t in self.pending:
+        j = t - self.start
+        if j >= self.block:
+            if t in self.later:
+                raise ValueError(f"timestep {t} was added twice")
+            self.later[t] = np.array(published, dtype=np.float64)
+            return
+        if j < 0 or self.filled[j]:
             raise ValueError(f"timestep {t} was added twice")
-        self.pending[t] = np.array(published, dtype=np.float64)
-        while self.start < self.timesteps:
-            k = min(self.block, self.timesteps - self.start)
-            if len(self.pending) < k or any(self.start + j not in self.pending for j in range(k)):
-                return
-            self._hand_on(k)
+        self.buf[:, j] = published
+        self.filled[j] = True
+        self.count += 1
+        if self.count == min(self.block, self.timesteps - self.start):
+            self._hand_on()
 
-    def _hand_on(self, k: int) -> None:
-        rows = [self.pending.pop(self.start + j) for j in range(k)]
-        self.errors.add_block(self.start, np.stack(rows, axis=1))
+    def _hand_on(self) -> None:
+        k = self.count
+        self.errors.add_block(self.start, self.buf[:, :k])
         self.start += k
+        self.filled[:] = False
+        self.count = 0
+        for t in sorted(x for x in self.later if x < self.start + self.block):
+            self.add(t, self.later.pop(t))
 
     def flush(self) -> None:
         """Hand on the rest (all timesteps must have been added)."""
-        missing = [t for t in range(self.start, self.timesteps) if t not in self.pending]
-        if missing:
-            raise ValueError(f"timesteps {missing[:5]} were never published")
-        if self.start < self.timesteps:
-            self._hand_on(self.timesteps - self.start)
+        if self.later or not self.filled[:self.count].all() or self.start + self.count != self.timesteps:
+            raise ValueError(f"timesteps from {self.start} on were not all published")
+        if self.count:
+            self._hand_on()
 
     def metrics(self, r: int) -> dict[str, float]:
         return self.errors.metrics()[r]
