@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from controller.runs import step_run
 from histogram.noise import Randomness
 from stream.config import Settings
 from stream.lab.evaluate import check_methods, evaluate, split_method
@@ -50,10 +51,8 @@ def shared_runs(settings: dict[str, Settings], truth: np.ndarray, runs: int, see
     truth_f = truth.astype(np.float64)
     for r in range(runs):
         rnd = Randomness.seeded(seed + r)
-        state = engine.initial_state()
         post_states = {name: p.initial() for name, p in posts.items()}
-        for t in range(truth.shape[0]):
-            release, state = engine.step(state, truth[t], rnd.drawer(any_s.stream.id, t, "release"))
+        for t, release, _ in step_run(engine, truth, lambda t, rnd=rnd: rnd.drawer(any_s.stream.id, t, "release")):
             for name, post in posts.items():
                 if release.source_timestep is None:
                     out = np.zeros(truth.shape[1])
