@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from controller.runs import step_run
 from histogram.noise import Randomness
 from histogram.records import RecordTable
 from stream.config import Settings
@@ -294,7 +295,7 @@ class _Run:
 def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth, workload, tables,
                 rnd: Randomness, synthetic: int, progress: Callable[[int], None] | None = None) -> _Run:
     """Step the service's engine (``decision``, a schedule or DSAT/DSFT, in front of mechanism
-    ``name``) over what the service steps on (the records for a model, the histogram for LPA/PSD)
+    ``name``; :func:`controller.runs.step_run`) over what the service steps on (the records for a model, the histogram for LPA/PSD)
     with ``replay``'s drawers; answers from each fresh release's own model."""
     from dataclasses import replace
 
@@ -312,17 +313,23 @@ def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth
         recorder = _Recorder(mech.kway)
         mech = replace(mech, kway=recorder)
     engine = build_engine(s, mechanism=mech)
-    state = engine.initial_state()
     stream_id = s.stream.id
     published = _publish(_Zeros(levels), workload, tables)
     out = _Run([], [], [], 0, Fraction(0), Fraction(0), 0.0)
-    for t, x in enumerate(truth.records):
+    clock = [0.0]  # CPU time when the step started (after its input was built)
+
+    def data_at(t: int, _state: Any) -> Any:
+        x = truth.records[t]
         flat = np.ravel_multi_index(tuple(x.T), levels) if x.shape[0] else np.zeros(0, np.int64)
         # what the service steps on (stream.pipeline): a model's bounded records, else the histogram
         data = (np.bincount(flat, minlength=cells).astype(np.int64) if recorder is None
                 else RecordTable.from_cells(flat, levels))
-        start = time.process_time()
-        release, state = engine.step(state, data, rnd.drawer(stream_id, t, "release"))
+        clock[0] = time.process_time()
+        return data
+
+    for t, release, _ in step_run(engine, data_at, lambda t: rnd.drawer(stream_id, t, "release"),
+                                  timesteps=truth.timesteps):
+        start = clock[0]
         model = None
         if release.kind == "fresh":
             syn = rnd.drawer(stream_id, t, f"synthetic/{name}")
