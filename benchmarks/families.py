@@ -24,10 +24,12 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from controller.runs import step_run
 from histogram.noise import Randomness
 from stream.config import Settings
-from stream.lab.evaluate import DATA_INDEPENDENT, check_methods, evaluate, split_method
+from stream.lab.evaluate import check_methods, evaluate, split_method
 from stream.lab.generate import build_config
+from stream.lab.vectorised import SHARED_DECISIONS
 from stream.planning.families import FAMILIES, FamilyParams, family_attributes, family_series
 
 PLAIN = ("uniform", "fixed", "sample", "bd", "ba")
@@ -49,10 +51,8 @@ def shared_runs(settings: dict[str, Settings], truth: np.ndarray, runs: int, see
     truth_f = truth.astype(np.float64)
     for r in range(runs):
         rnd = Randomness.seeded(seed + r)
-        state = engine.initial_state()
         post_states = {name: p.initial() for name, p in posts.items()}
-        for t in range(truth.shape[0]):
-            release, state = engine.step(state, truth[t], rnd.drawer(any_s.stream.id, t, "release"))
+        for t, release, _ in step_run(engine, truth, lambda t, rnd=rnd: rnd.drawer(any_s.stream.id, t, "release")):
             for name, post in posts.items():
                 if release.source_timestep is None:
                     out = np.zeros(truth.shape[1])
@@ -85,7 +85,7 @@ def main() -> int:
     own = dict.fromkeys(methods, 0)
     cells = 0
     t0 = time.time()
-    fast = [m for m in methods if split_method(m)[0] in DATA_INDEPENDENT]
+    fast = [m for m in methods if split_method(m)[0] in SHARED_DECISIONS]
     shared: dict[str, list[str]] = {}
     for m in methods:
         if m not in fast:

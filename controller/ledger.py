@@ -140,9 +140,10 @@ class AccountantLedger:
         acct = self.accountants[run]
         by_end: dict[int, Fraction] = {}
         for e in acct.entries:
-            if e.end >= t - self.w + 1:
+            if not self.w or e.end >= t - self.w + 1:  # user-level (w = 0): the whole stream is the window
                 by_end[e.end] = by_end.get(e.end, Fraction(0)) + e.epsilon
-        return by_end, acct.spent, acct.max_window_spend
+        # user-level: the largest "window" is the whole stream, its total
+        return by_end, acct.spent, getattr(acct, "max_window_spend", acct.spent)
 
 
 class UnitLedger:
@@ -165,6 +166,23 @@ class UnitLedger:
         self._t = -1
         self._used = np.zeros(runs, dtype=np.int64)  # the window ending at _t
         self._amounts: dict[Fraction, int] = {}
+
+    @classmethod
+    def for_unit(cls, unit: Any, runs: int, timesteps: int, charges: Iterable[Fraction]) -> UnitLedger:
+        """The ledger of a privacy unit over a stream of ``timesteps``: w-event's window ``w``, or
+        for user-level privacy (:class:`controller.units.UserLevel`, one total budget ε) a window
+        spanning the whole stream.
+
+        Why a window of ``timesteps`` is the user-level law (that of
+        :class:`controller.accountant.UserLevelAccountant`): every timestep is ``t < timesteps``, so
+        ``t - w + 1 <= 0`` and the window ending at ``t`` holds every entry charged so far. Then
+        ``used(t)`` is the total spent, ``can_spend`` is ``spent + amount <= ε`` exactly as the
+        accountant's, ``max`` is the largest running total (the total: it never decreases; the
+        accountant's ``window_spend`` is its total too) and ``extend`` never adds a charge (no entry
+        is ever outside the window), as the accountant's ``extend`` changes no total.
+        ``tests/controller/test_ledger_law.py`` drives both with the same spends."""
+        w = getattr(unit, "w", None)
+        return cls(unit.epsilon, timesteps if w is None else w, runs, timesteps, charges)
 
     def amount(self, epsilon: Fraction) -> int:
         hit = self._amounts.get(epsilon)

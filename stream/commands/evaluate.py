@@ -54,8 +54,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Window the input once into true per-timestep histograms (the service's reader, windowing "
             "and contribution bounding), run each method's release engine --runs times with seeded noise "
-            "(under w-event privacy with LPA all runs of a method go in one array pass, with the same exact "
-            "noise sampler and exact ε ledger: evaluation only, and replay does not reproduce those runs; "
+            "(with LPA — the w-event methods, user-level uniform and fixed, with any post-processing for "
+            "the data-independent ones — all runs of a method go in one array pass through the policy's own "
+            "rule, with the same exact noise sampler and an exact ε ledger: evaluation only, and replay does "
+            "not reproduce those runs; "
             "--replayable draws run r's noise from the engine's own drawers of seed+r, so 'dpstream replay --seed "
             "seed+r' reproduces it), and report per method "
             "the mean absolute/relative error per bin, the error of --queries random range-count queries, "
@@ -95,9 +97,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--mechanisms", default=None,
                    help="compare release mechanisms instead of decision methods (issue 15): any of lpa, psd, copula, "
                         "copula-kendall, copula-mle, copula-median, marginals, marginals-1..3, run on the records "
-                        "(the histogram is never built for copula/marginals) under one public schedule, --methods "
-                        "fixed (default) or uniform, at the config's epsilon and C; or --methods dsat/dsft: the "
-                        "service's engine decides in front of each (histogram built); range-box and marginal queries")
+                        "(the histogram is never built for copula/marginals) behind the service's engine: one public "
+                        "schedule, --methods fixed (default) or uniform, at the config's epsilon and C, or --methods "
+                        "dsat/dsft deciding in front of each; range-box and marginal queries")
     p.add_argument("--max-cells", type=_int_at_least(1), default=2_000_000,
                    help="--mechanisms: lpa and psd build the full histogram only up to this many cells; above, "
                         "they are skipped with the reason (default 2,000,000: psd peaked at 12 GiB on 1.7M cells)")

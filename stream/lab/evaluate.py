@@ -7,36 +7,24 @@ data, and how wrong would it have been?" It runs the service's release path:
    service's own reader, windowing and contribution bounding
    (:func:`stream.lab.inputs.load_truth`; a counts file is taken as already aggregated);
 2. for each method, the configuration is re-validated with only
-   ``release.decision`` changed, and ``settings.engine()`` is stepped over the
-   timesteps with ``Engine.step``, drawing noise from
-   ``Randomness.seeded(seed + r)`` for run ``r`` (the drawer of timestep
-   ``t`` is ``drawer(stream.id, t)``, as the service draws it; ``dpstream
-   replay --seed seed+r`` reproduces run ``r`` bit for bit) — or, for the
-   methods of the lab fast paths below, the same decisions are made by an
-   evaluation-only re-implementation over all runs at once;
-3. each release is compared with the truth (:mod:`stream.lab.metrics`).
+   ``release.decision`` changed, and the method is run ``runs`` times on the same truth through
+   one of two paths over the service's own code (one dispatch, :func:`_evaluate_method`):
+   the runner (:func:`stream.lab.vectorised.run_vectorised`) steps the policy's own
+   ``decide_runs`` over all runs at once, with an exact integer ledger
+   (:class:`controller.ledger.UnitLedger`) and LPA's exact sampler; where it cannot go, the engine
+   (``settings.engine()``, ``Engine.step``) is stepped once per run with
+   ``Randomness.seeded(seed + r)`` (:func:`stream.lab.runs.run_method`);
+3. each release is compared with the truth (:mod:`stream.lab.metrics`, :class:`RunErrors`).
 
-**Lab fast paths (evaluation only).** Under w-event privacy with LPA (every method) the runs
-are not stepped one by one: :func:`stream.lab.vectorised.run_vectorised` runs all R runs of a
-method in one array pass per timestep, with each run's state a row of an array and the window
-ledger exact in whole units of ε (:class:`controller.ledger.UnitLedger`). Its noise is the same exact sampler
-drawn in blocks, so the runs have the engine's distribution but not its values: ``replay --seed``
-does not reproduce them. ``replayable=True`` (``evaluate --replayable``) is the same path with
-another noise source: :class:`stream.lab.vectorised.EngineNoise`, the engine's own drawers
-(``Randomness.seeded(seed + r).drawer(stream.id, t, "release")`` in the engine's call order), so
-run ``r`` publishes what ``dpstream replay --seed seed+r`` publishes, bit for bit
-(``tests/stream/lab/test_vectorised.py`` checks every kernel against the engine that way). The service never uses these paths. Smoothed
-variants (``+kalman``, ``+ewma``) and other post-processors than ``none``/``nonnegative`` keep
-the engine path.
-
-Otherwise (user-level privacy, smoothed variants), methods whose decisions read neither data
-nor noise (:data:`DATA_INDEPENDENT`: uniform, fixed) with LPA take a faster path (:func:`run_fast`): run 0 is the
-engine's own run as above (decisions and every ε figure from its accountant),
-and the other runs reuse those decisions and draw their noise in one array
-pass with the same exact sampler: the same distribution as stepping the engine,
-not the same values, so ``replay --seed seed+r`` reproduces run ``r`` of these
-methods only for ``r = 0``. Methods run in parallel processes (``jobs``); the
-result does not depend on how many.
+**Noise source.** The engine path draws from the service's drawers (the drawer of timestep ``t``
+is ``drawer(stream.id, t)``, as the service draws it), so ``dpstream replay --seed seed+r``
+reproduces run ``r`` bit for bit. The runner by default draws the same exact sampler in blocks
+(:class:`stream.lab.vectorised.PooledNoise`): the engine's distribution, not its values.
+``replayable=True`` (``evaluate --replayable``) gives the runner the engine's own drawers
+(:class:`stream.lab.vectorised.EngineNoise`), so its run ``r`` too is what ``replay --seed
+seed+r`` publishes (``tests/stream/lab/test_vectorised.py`` checks every method that way). The
+service never uses the runner. Methods run in parallel processes (``jobs``); the result does
+not depend on how many.
 
 The optional non-private "-true" versions (thesis §4.5.2: DSAT-true,
 fixed-true) repeat each private run's fresh/republished decisions with the
@@ -59,14 +47,13 @@ entries have ``null`` ε (they are not private).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from controller.method import METHODS
 from histogram.noise import Randomness
-from histogram.postprocess import POSTPROCESSORS, parse_chain, postprocess
+from histogram.postprocess import POSTPROCESSORS, parse_chain
 from stream.config import Settings
 from stream.lab.errors import EvaluationError, InputError
 from stream.lab.metrics import Workload, stream_errors, summarise
@@ -116,93 +103,6 @@ def parse_methods(text: str | Sequence[str]) -> list[str]:
     if len(set(names)) != len(names):
         raise EvaluationError(f"--methods lists a method twice: {','.join(names)}")
     return names
-
-
-#: Methods whose decisions read neither the data nor the noise (thesis §4.1.4: they "spend only on
-#: publications"): every run makes the same decisions and spends the same ε, so the runs can share
-#: one engine run's schedule and draw their noise in one array pass (:func:`run_fast`).
-DATA_INDEPENDENT: frozenset[str] = frozenset({"uniform", "fixed", "sample"})
-
-
-def re_planned(settings: Settings) -> bool:
-    """``release.planner.online`` is set: the method may change mid-stream, so every run steps the engine."""
-    return settings.release.planner is not None and settings.release.planner.online is not None
-
-
-def fast_eligible(settings: Settings) -> bool:
-    """Whether :func:`run_fast` applies: a data-independent decision method with LPA (not delayed, not
-    re-planned)."""
-    return (settings.release.decision in DATA_INDEPENDENT and settings.release.mechanism == "lpa"
-            and not settings.release.delay and not re_planned(settings))
-
-
-def run_fast(
-    settings: Settings,
-    workload: Workload,
-    seed: int,
-    runs: int,
-    *,
-    name: str = "",
-    tick: Callable[[int], None] | None = None,
-) -> list[RunTrace]:
-    """``runs`` runs of a data-independent method: run 0 is the engine's own run, the others reuse
-    its decisions and ε and draw their noise in one pass.
-
-    Run 0 steps ``settings.engine()`` exactly as :func:`run_method` does (``Randomness.seeded(seed)``,
-    bit for bit what ``dpstream replay --seed seed`` publishes), so the decisions and every ε figure
-    (``epsilon_spent``, ``max_window_spend``, ``fresh_releases``) come from the engine's accountant.
-    The decisions of these methods depend on neither data nor noise, so every other run makes the
-    same ones and spends the same ε. Their noisy counts are ``true + DLap(Δ/ε)`` per bin and fresh
-    timestep, as LPA releases them, drawn by the same exact sampler (one seeded drawer per
-    evaluation, keyed apart from the release drawers) for all runs and timesteps at once: the same
-    distribution as stepping the engine ``runs`` times, not the same values
-    (``tests/stream/lab/test_fast_lab.py`` compares the two).
-    """
-    first = run_method(settings, workload, Randomness.seeded(seed), tick=tick)
-    if runs == 1:
-        return [first]
-    mech = settings.mechanism()
-    post = settings.postprocessor()
-    fresh_ts = sorted(first.epsilons)
-    rest = runs - 1
-    noisy = np.empty((rest, len(fresh_ts), workload.bins), dtype=np.int64)
-    drawer = Randomness.seeded(seed).drawer(settings.stream.id, 0, f"lab-fast:{name or settings.release.decision}")
-    by_scale: dict[Fraction, list[int]] = {}
-    for i, t in enumerate(fresh_ts):
-        by_scale.setdefault(Fraction(mech.scale(first.epsilons[t])), []).append(i)  # type: ignore[attr-defined]
-    for scale, idx in by_scale.items():
-        rows = np.asarray(idx, dtype=np.int64)
-        z = drawer.discrete_laplace(scale, rest * rows.size * workload.bins)
-        noisy[:, rows, :] = workload.truth[np.asarray(fresh_ts, dtype=np.int64)[rows]][None] + np.asarray(z).reshape(
-            rest, rows.size, workload.bins)
-    released = noisy if post.stateful else postprocess(post.text, noisy)
-    pos = {t: i for i, t in enumerate(fresh_ts)}
-    src_index = np.asarray([-1 if s is None else pos[s] for s in first.sources], dtype=np.int64)
-    traces = [first]
-    fixed = {k: first.metrics[k] for k in ("fresh_releases", "epsilon_spent", "max_window_spend")}
-    smoothed = None
-    if post.stateful:  # sequential in time, one array pass over all runs at each timestep
-        state = post.initial()
-        widths = {t: float(mech.half_width(first.epsilons[t])) for t in fresh_ts}  # type: ignore[attr-defined]
-        smoothed = np.zeros((rest, workload.timesteps, workload.bins))
-        last_width = 0.0
-        for t, i in enumerate(src_index.tolist()):
-            if i < 0:
-                continue  # the all-zero placeholder before the first release stays zero
-            fresh = first.sources[t] == t
-            last_width = widths[t] if fresh else last_width
-            out, state = post.apply(state, released[:, i, :], np.float64(last_width), settings.release.confidence,
-                                    fresh)
-            smoothed[:, t, :] = out.counts
-    if smoothed is None:  # row -1 of each run's table: the all-zero placeholder before the first release
-        table = np.concatenate([released.astype(np.float64), np.zeros((rest, 1, workload.bins))], axis=1)
-        smoothed = table[:, src_index]
-    per_run = stream_errors(workload, smoothed)
-    for r in range(rest):
-        traces.append(RunTrace({**per_run[r], **fixed}, first.sources, first.epsilons))
-        if tick is not None:
-            tick(workload.timesteps)
-    return traces
 
 
 def true_version(workload: Workload, sources: Sequence[int | None]) -> dict[str, float | None]:
@@ -280,28 +180,38 @@ def _evaluate_method(
     replayable: bool = False,
     personal: Any = None,
 ) -> dict[str, Any]:
-    """``{name: summary}`` (and ``{name-true: …}`` when asked) for one method."""
+    """``{name: summary}`` (and ``{name-true: …}`` when asked) for one method.
+
+    One dispatch, two run paths over the same engine code:
+
+    * **the runner** (:func:`stream.lab.vectorised.run_vectorised`) for every configuration it
+      covers (:func:`~stream.lab.vectorised.vector_eligible`: LPA, the w-event methods, user-level
+      uniform and fixed, any ``release.postprocess`` and ``release.delay`` for the methods whose
+      runs decide alike): the policies' own ``decide_runs`` over all R runs at once. The noise is a
+      choice of source: block draws keyed by the base method by default (:class:`PooledNoise`: "m"
+      and "m+nonnegative" draw the same noise and make the same decisions; the engine's law, not
+      its values), or with ``replayable`` the engine's own drawers (:class:`EngineNoise`: run r
+      publishes what ``dpstream replay --seed seed+r`` publishes);
+    * **the engine stepped once per run** (:func:`run_method`, with ``Randomness.seeded(seed + r)``:
+      run r is ``replay --seed seed+r`` whatever ``replayable`` says) where the runner cannot go:
+      personalized budgets (:mod:`stream.lab.personal`: one sub-stream per budget level), online
+      re-planning (the method changes mid-stream, per run), mechanisms other than LPA (PSD, the
+      copula, marginals), user-level methods other than uniform and fixed (DSAT, DSFT: no runs-axis
+      rule yet), and a stateful post-processor behind a data-dependent method (its runs release
+      fresh at different timesteps, so the filter cannot step them as one stack).
+    """
     from stream.lab.vectorised import EngineNoise, PooledNoise, run_vectorised, vector_eligible
 
-    if s.privacy.personal is not None:  # the engine for every run: run r is replay --seed seed+r
-        from stream.lab.personal import run_personal
-
-        traces = [run_personal(s, personal, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
-    elif re_planned(s):  # the online planner switches methods: only the engine knows which runs
-        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
-    elif vector_eligible(s):
-        # one run path, two noise sources: replayable = the engine's own drawers (run r publishes
-        # what replay --seed seed+r publishes), else block draws keyed by the base method ("m" and
-        # "m+nonnegative" draw the same noise and make the same decisions)
+    if vector_eligible(s):
         noise = (EngineNoise(seed, s.stream.id) if replayable
                  else PooledNoise(seed, s.stream.id, split_method(name)[0]))
         res = run_vectorised(s, workload, runs, noise, tick=tick)
         traces = [RunTrace(res.metrics[r], [None if x < 0 else x for x in res.sources[r].tolist()])
                   for r in range(runs)]
-    elif replayable:
-        traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
-    elif fast_eligible(s):
-        traces = run_fast(s, workload, seed, runs, name=name, tick=tick)
+    elif s.privacy.personal is not None:
+        from stream.lab.personal import run_personal
+
+        traces = [run_personal(s, personal, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
     else:
         traces = [run_method(s, workload, Randomness.seeded(seed + r), tick=tick) for r in range(runs)]
     out = {name: summarise([tr.metrics for tr in traces], confidence)}

@@ -13,26 +13,23 @@ true answers from them. LPA and PSD need the histogram: they are built from
 the records only when the domain has at most ``max_cells`` cells, and skipped
 (with the reason in the result) otherwise.
 
-Every mechanism runs the same public schedule at the same ε and C
-(``schedule``): ``fixed`` (:class:`controller.policies.baselines.FixedPolicy`:
-ε/C every ``⌈w/C⌉`` timesteps under w-event, every ``N // C`` under
-user-level, at most C releases) or ``uniform`` (ε/w, or ε/N, every timestep).
-Each fresh release is charged to the accountant of the config's privacy unit
-(:func:`controller.policies.baselines.accountant_for`) before its noise is
-drawn; between fresh releases the last one is republished (its answers are
-compared with the current truth). Noise comes from ``Randomness.seeded(seed + r)``
-for run ``r`` (drawer ``(stream.id, t, "release/<mechanism>")``), so runs are
-reproducible; the synthetic samples the models answer wide boxes with use
-their own drawers.
-
-With ``schedule`` one of :data:`ENGINE_DECISIONS` the decision is the service's: each mechanism
-runs as ``release.mechanism`` in ``settings.engine()`` (DSAT/DSFT with their distance test in the
-mechanism's decision space), stepped with the drawers ``replay --seed seed+r`` uses on what the
-service steps on — the bounded records (:class:`histogram.records.RecordTable`) for a model, the
-histogram for LPA and PSD (only where it fits, ``max_cells``) — and the lab answers the queries
-from the very model the engine released (:func:`_run_engine`), with the query API's own answerers
-(:mod:`histogram.model_query`: what a dashboard gets from the release message; k-way R = 1 with
-``independent=True``, its one-way tables taken as independent for wider queries).
+Every mechanism runs behind the service's own engine (:func:`_run_engine`, the one run primitive
+here): ``schedule`` is the decision method in front of it, stepped as ``release.decision`` in
+``settings.engine()`` with ``release.mechanism`` the service's form of the lab mechanism. The
+schedules ``fixed`` (:class:`controller.policies.baselines.FixedPolicy`: ε/C every ``⌈w/C⌉``
+timesteps under w-event, every ``N // C`` under user-level, at most C releases) and ``uniform``
+(ε/w, or ε/N, every timestep) are public and data-independent: every run and mechanism gets the
+same one, reported as ``schedule.fresh_epsilon``. With ``schedule`` one of :data:`ENGINE_DECISIONS`
+the decision is data-dependent (DSAT/DSFT with their distance test in the mechanism's decision
+space). Either way the engine charges its accountant before any noise is drawn, is stepped on
+what the service steps on — the bounded records (:class:`histogram.records.RecordTable`) for a
+model, the histogram for LPA and PSD (only where it fits, ``max_cells``) — with the drawers
+``dpstream replay --seed seed+r`` uses for run ``r``, and the lab answers the queries from the very
+model the engine released, with the query API's own answerers (:mod:`histogram.model_query`: what a
+dashboard gets from the release message; k-way R = 1 with ``independent=True``, its one-way tables
+taken as independent for wider queries); between fresh releases the last one is republished (its answers are
+compared with the current truth). The synthetic samples the models answer wide boxes with use
+their own drawers (``synthetic/<mechanism>``).
 
 Queries (public, :func:`stream.lab.highdim.query_workload`): ``queries`` random
 boxes of each kind ``range1``, ``range2``, ``range3`` (1, 2, 3 constrained
@@ -48,7 +45,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import combinations
 from pathlib import Path
@@ -56,8 +53,9 @@ from typing import Any
 
 import numpy as np
 
+from controller.runs import step_run
 from histogram.model_query import Answer, CopulaAnswers, CountsAnswers, TablesAnswers
-from histogram.noise import NoiseDrawer, Randomness
+from histogram.noise import Randomness
 from histogram.records import RecordTable
 from stream.config import Settings
 from stream.lab.errors import EvaluationError
@@ -170,102 +168,15 @@ def _kway_answers(rel: Any, synthetic: np.ndarray | None, levels: tuple[int, ...
     return TablesAnswers(levels, rel.tables, synthetic, independent=True)
 
 
-Releaser = Callable[[np.ndarray, Fraction, NoiseDrawer, NoiseDrawer], _Answers]
-
-
-def _releaser(name: str, settings: Settings, levels: tuple[int, ...], synthetic: int) -> Releaser:
-    """``release(records, ε, noise, synthetic_drawer) → answers`` for mechanism ``name``: the service's
-    mechanism (:meth:`Settings.mechanism` of :func:`engine_settings`), called behind the schedule."""
+def _check_order(name: str, levels: tuple[int, ...]) -> None:
+    """``marginals-R`` needs at most as many attributes as the domain has."""
     if name not in HISTOGRAM_MECHANISMS and not name.startswith("copula"):
         order = int(name.partition("-")[2] or 2)
         if order > len(levels):
             raise EvaluationError(f"{name}: R = {order} is more than the {len(levels)} attributes of the domain")
-    mech: Any = engine_settings(settings, name, "fixed").mechanism()
-    if name in HISTOGRAM_MECHANISMS:
-        cells = math.prod(levels)
-
-        def release_hist(x, eps, noise, _syn):
-            flat = np.ravel_multi_index(tuple(x.T), levels) if x.shape[0] else np.zeros(0, np.int64)
-            counts = np.bincount(flat, minlength=cells).astype(np.int64)
-            return CountsAnswers(mech.release(counts, eps, noise).counts, levels)
-
-        return release_hist
-    if name.startswith("copula"):
-        cop = mech.copula
-
-        def release_copula(x, eps, noise, syn):
-            model = cop.release(x, eps, noise).model
-            return CopulaAnswers(model, model.sample(synthetic, syn))
-
-        return release_copula
-    kway = mech.kway
-
-    def release_kway(x, eps, noise, syn):
-        rel = kway.release(x, eps, noise)
-        return _kway_answers(rel, rel.synthesize(synthetic, syn) if kway.max_order >= 2 else None, levels)
-
-    return release_kway
 
 
-# -- the schedule -------------------------------------------------------------------
-
-
-def _schedule(settings: Settings, schedule: str, timesteps: int) -> list[Fraction | None]:
-    """Per timestep the ε of a fresh release (None: republish), before accounting."""
-    from controller.policies.baselines import FixedPolicy, UniformPolicy
-    from controller.units import UserLevel
-
-    unit = settings.unit()
-    out: list[Fraction | None] = []
-    if schedule == "uniform":
-        policy = UniformPolicy(unit)
-        for t in range(timesteps):
-            out.append(None if isinstance(unit, UserLevel) and t >= unit.horizon else policy.per_timestep)
-        return out
-    fixed = FixedPolicy(unit)
-    fresh = 0
-    for t in range(timesteps):
-        if t % fixed.interval == 0 and not (isinstance(unit, UserLevel) and fresh >= unit.cutoff):
-            out.append(fixed.per_release)
-            fresh += 1
-        else:
-            out.append(None)
-    return out
-
-
-def _run_schedule(settings: Settings, name: str, plan: list[Fraction | None], release: Releaser,
-                  truth: RecordTruth, workload, tables, rnd: Randomness,
-                  progress: Callable[[int], None] | None = None) -> _Run:
-    """Mechanism ``name`` behind the public schedule ``plan``, from the records (no histogram)."""
-    from controller.policies.baselines import accountant_for
-
-    acc = accountant_for(settings.unit())
-    stream_id = settings.stream.id
-    published = _publish(_Zeros(truth.levels), workload, tables)
-    out = _Run([], [], [], 0, Fraction(0), Fraction(0), 0.0)
-    for t, x in enumerate(truth.records):
-        eps = plan[t]
-        kind = "republished"
-        if eps is not None and acc.can_spend(t, eps):
-            acc.spend(t, eps, f"{name} release")  # charged before any noise is drawn
-            start = time.process_time()
-            answers = release(x, eps, rnd.drawer(stream_id, t, f"release/{name}"),
-                              rnd.drawer(stream_id, t, f"synthetic/{name}"))
-            out.seconds += time.process_time() - start
-            published = _publish(answers, workload, tables)
-            out.fresh += 1
-            out.max_window_spend = max(out.max_window_spend, acc.window_spend(t))
-            kind = "fresh"
-        out.published.append(published)
-        out.kinds.append(kind)
-        out.models.append(None)
-        if progress is not None:
-            progress(1)
-    out.epsilon_spent = acc.spent
-    return out
-
-
-# -- a decision method in front: the service's engine ----------------------------------
+# -- the engine: a decision method (a schedule or DSAT/DSFT) in front of the mechanism ----
 
 
 class _Recorder:
@@ -312,12 +223,14 @@ class _Run:
     epsilon_spent: Fraction
     max_window_spend: Fraction
     seconds: float
+    epsilons: list[Fraction | None] = field(default_factory=list)  # ε of each timestep's fresh release
 
 
 def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth, workload, tables,
                 rnd: Randomness, synthetic: int, progress: Callable[[int], None] | None = None) -> _Run:
-    """Step the service's engine (``decision`` in front of mechanism ``name``) over the records'
-    histograms with ``replay``'s drawers; answers from each fresh release's own model."""
+    """Step the service's engine (``decision``, a schedule or DSAT/DSFT, in front of mechanism
+    ``name``; :func:`controller.runs.step_run`) over what the service steps on (the records for a model, the histogram for LPA/PSD)
+    with ``replay``'s drawers; answers from each fresh release's own model."""
     from dataclasses import replace
 
     from stream.config.building import build_engine
@@ -334,17 +247,23 @@ def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth
         recorder = _Recorder(mech.kway)
         mech = replace(mech, kway=recorder)
     engine = build_engine(s, mechanism=mech)
-    state = engine.initial_state()
     stream_id = s.stream.id
     published = _publish(_Zeros(levels), workload, tables)
     out = _Run([], [], [], 0, Fraction(0), Fraction(0), 0.0)
-    for t, x in enumerate(truth.records):
+    clock = [0.0]  # CPU time when the step started (after its input was built)
+
+    def data_at(t: int, _state: Any) -> Any:
+        x = truth.records[t]
         flat = np.ravel_multi_index(tuple(x.T), levels) if x.shape[0] else np.zeros(0, np.int64)
         # what the service steps on (stream.pipeline): a model's bounded records, else the histogram
         data = (np.bincount(flat, minlength=cells).astype(np.int64) if recorder is None
                 else RecordTable.from_cells(flat, levels))
-        start = time.process_time()
-        release, state = engine.step(state, data, rnd.drawer(stream_id, t, "release"))
+        clock[0] = time.process_time()
+        return data
+
+    for t, release, _ in step_run(engine, data_at, lambda t: rnd.drawer(stream_id, t, "release"),
+                                  timesteps=truth.timesteps):
+        start = clock[0]
         model = None
         if release.kind == "fresh":
             syn = rnd.drawer(stream_id, t, f"synthetic/{name}")
@@ -356,13 +275,14 @@ def _run_engine(settings: Settings, name: str, decision: str, truth: RecordTruth
             else:
                 model = recorder.last
                 answers = _kway_answers(model, model.synthesize(synthetic, syn) if model.max_order >= 2 else None,
-                                        levels)
+                                       levels)
             published = _publish(answers, workload, tables)
             out.fresh += 1
         out.seconds += time.process_time() - start
         out.published.append(published)
         out.kinds.append(release.kind)
         out.models.append(model)
+        out.epsilons.append(Fraction(release.epsilon_release) if release.kind == "fresh" else None)
         window = release.window_spend if release.window_spend is not None else release.epsilon_spent
         out.max_window_spend = max(out.max_window_spend, Fraction(window))
         out.epsilon_spent = Fraction(release.epsilon_spent)
@@ -447,7 +367,7 @@ def evaluate_mechanisms(
     m = len(levels)
     tables = [(j,) for j in range(m)] + list(combinations(range(m), 2))
     truths = [_truth(x, levels, workload, tables) for x in truth.records]
-    plan = None if engine_path else _schedule(settings, schedule, truth.timesteps)
+    plan: list[Fraction | None] | None = None  # the public schedule, from the first run (the same in every run)
     methods: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     for name in names:
@@ -455,17 +375,15 @@ def evaluate_mechanisms(
             skipped[name] = (f"the domain has {cells:,} cells, more than --max-cells {max_cells:,}: {name} needs "
                              "the full histogram (raise --max-cells if it fits in memory)")
             continue
-        release = None if engine_path else _releaser(name, settings, levels, synthetic)
+        _check_order(name, levels)
         per_run = []
         series: dict[str, np.ndarray] = {}  # per-timestep errors, summed over runs (averaged below)
         fresh_at = np.zeros(truth.timesteps)
         for r in range(runs):
-            rnd = Randomness.seeded(seed + r)
-            if release is None:
-                run = _run_engine(settings, name, schedule, truth, workload, tables, rnd, synthetic, progress)
-            else:
-                assert plan is not None
-                run = _run_schedule(settings, name, plan, release, truth, workload, tables, rnd, progress)
+            run = _run_engine(settings, name, schedule, truth, workload, tables, Randomness.seeded(seed + r),
+                              synthetic, progress)
+            if not engine_path and plan is None:
+                plan = run.epsilons
             sums: dict[str, float] = {}
             for t, pub in enumerate(run.published):
                 for k, v in _errors(pub, truths[t], workload, sanity).items():

@@ -156,6 +156,23 @@ class QueryIndex:
             return self._answer(arr, distinct[0])[:, distinct[1]]
         return self._answer(arr, self.corners)
 
+    @functools.cached_property
+    def repeats(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """When at most half of the queries are distinct (:attr:`_distinct`): each distinct query's
+        first place among the queries and how often it occurs (float64 weights); else ``None``."""
+        distinct = self._distinct
+        if distinct is None:
+            return None
+        first, counts = np.unique(distinct[1], return_index=True, return_counts=True)[1:]
+        return first, counts.astype(np.float64)
+
+    def answer_distinct(self, counts: np.ndarray) -> np.ndarray:
+        """Answers of the distinct queries only (``(K, D)``, in :attr:`repeats`' order); requires
+        :attr:`repeats`."""
+        distinct = self._distinct
+        assert distinct is not None
+        return self._answer(np.asarray(counts, dtype=np.float64), distinct[0])
+
     def _answer(self, arr: np.ndarray, corners: np.ndarray) -> np.ndarray:
         out = np.empty((arr.shape[0], corners.shape[0]))
         step = max(1, (1 << 22) // max(1, corners.shape[0]))  # bound each gathered block to ~32 MB
@@ -294,7 +311,7 @@ class RunErrors:
     """
 
     __slots__ = ("w", "runs", "abs_sum", "rel_sum", "qabs_sum", "qrel_sum", "steps", "_sanity", "_qsanity",
-                 "_last", "_last_answers")
+                 "_qtruth", "_repeats", "_last", "_last_answers")
 
     def __init__(self, workload: Workload, runs: int = 1) -> None:
         if runs < 1:
@@ -307,8 +324,14 @@ class RunErrors:
         self.qrel_sum = np.zeros(runs)
         self.steps = 0
         self._sanity = np.maximum(workload.sanity, workload.truth)
-        self._qsanity = (None if workload.truth_answers is None
-                         else np.maximum(workload.sanity, workload.truth_answers))
+        # repeated queries (with one bin every query is the same one) are answered and compared once
+        # and weighted by how often they occur: the same figures, to rounding
+        self._repeats = workload.queries.repeats if workload.queries is not None else None
+        qtruth = workload.truth_answers
+        if qtruth is not None and self._repeats is not None:
+            qtruth = qtruth[:, self._repeats[0]]
+        self._qtruth = qtruth
+        self._qsanity = None if qtruth is None else np.maximum(workload.sanity, qtruth)
         self._last: np.ndarray | None = None  # (runs, bins): the previous timestep's counts
         self._last_answers: np.ndarray | None = None  # (runs, M): their answers
 
@@ -331,9 +354,9 @@ class RunErrors:
                 answers = self._last_answers
             else:
                 answers = self._answers(pub[:, None])[:, 0]
-            qerr = np.abs(answers - w.truth_answers[t])  # type: ignore[operator]
-            self.qabs_sum += qerr.sum(axis=1)
-            self.qrel_sum += (qerr / self._qsanity[t]).sum(axis=1)  # type: ignore[index]
+            qerr = np.abs(answers - self._qtruth[t])  # type: ignore[index]
+            self.qabs_sum += self._qsum(qerr)
+            self.qrel_sum += self._qsum(qerr / self._qsanity[t])  # type: ignore[index]
         self._last = pub.copy()  # the caller may reuse its buffer
         self.steps += 1
 
@@ -357,19 +380,33 @@ class RunErrors:
         self._accumulate(self.abs_sum, self.rel_sum, err, self._sanity[start:stop])
         if w.queries is not None and w.truth_answers is not None:
             answers = self._answers(pub)
-            qerr = np.abs(answers - w.truth_answers[start:stop])
-            self._accumulate(self.qabs_sum, self.qrel_sum, qerr, self._qsanity[start:stop])
+            qerr = np.abs(answers - self._qtruth[start:stop])  # type: ignore[index]
+            self._accumulate(self.qabs_sum, self.qrel_sum, qerr, self._qsanity[start:stop],  # type: ignore[index]
+                             None if self._repeats is None else self._repeats[1])
         self._last = pub[:, -1].copy()  # the caller may reuse its buffer
         self.steps += k
 
+    def _qsum(self, qerr: np.ndarray) -> np.ndarray:
+        """Sum over the (distinct, weighted) queries: the last axis."""
+        if self._repeats is None:
+            return qerr.sum(axis=-1)
+        return (qerr * self._repeats[1]).sum(axis=-1)
+
     @staticmethod
-    def _accumulate(abs_sum: np.ndarray, rel_sum: np.ndarray, err: np.ndarray, sanity: np.ndarray) -> None:
-        """Add ``err`` (``(runs, k, n)``) per run, one timestep's sum over ``n`` at a time, in order."""
-        a = err.sum(axis=2)
-        r = (err / sanity).sum(axis=2)
-        for j in range(err.shape[1]):
-            abs_sum += a[:, j]
-            rel_sum += r[:, j]
+    def _accumulate(abs_sum: np.ndarray, rel_sum: np.ndarray, err: np.ndarray, sanity: np.ndarray,
+                    weights: np.ndarray | None = None) -> None:
+        """Add ``err`` (``(runs, k, n)``) per run, one timestep's sum over ``n`` at a time, in order
+        (each of the ``n`` entries times its weight, when given: repeated queries)."""
+        if weights is None:
+            a = err.sum(axis=2)
+            r = (err / sanity).sum(axis=2)
+        else:
+            a = (err * weights).sum(axis=2)
+            r = (err / sanity * weights).sum(axis=2)
+        # timestep by timestep, left to right: an accumulate is sequential (unlike a reduction), so
+        # these are the floats of adding one timestep at a time
+        abs_sum[:] = np.cumsum(np.concatenate([abs_sum[:, None], a], axis=1), axis=1)[:, -1]
+        rel_sum[:] = np.cumsum(np.concatenate([rel_sum[:, None], r], axis=1), axis=1)[:, -1]
 
     def _answers(self, pub: np.ndarray) -> np.ndarray:
         """The workload's query answers of every run and timestep of ``pub`` (``(runs, k, M)``)."""
@@ -381,13 +418,16 @@ class RunErrors:
             changed[:, 1:] = np.any(pub[:, :-1] != pub[:, 1:], axis=2)
         else:
             changed = np.any(np.concatenate([self._last[:, None], pub[:, :-1]], axis=1) != pub, axis=2)
-        out = np.empty((runs, k, q.corners.shape[0]))
+        repeats = self._repeats
+        out = np.empty((runs, k, q.corners.shape[0] if repeats is None else repeats[0].size))
         if changed.any():
-            out[changed] = q.answer_batch(pub[changed])
-        for j in range(k):  # republished: the previous timestep's answers
-            same = ~changed[:, j]
-            if same.any():
-                out[same, j] = out[same, j - 1] if j else self._last_answers[same]  # type: ignore[index]
+            out[changed] = q.answer_batch(pub[changed]) if repeats is None else q.answer_distinct(pub[changed])
+        if not changed.all():  # republished: the answers of the latest change (before the block: the last ones)
+            latest = np.maximum.accumulate(np.where(changed, np.arange(k), -1), axis=1)
+            copied = np.take_along_axis(out, np.maximum(latest, 0)[:, :, None], axis=1)
+            if (latest < 0).any():
+                copied[latest < 0] = np.broadcast_to(self._last_answers[:, None], out.shape)[latest < 0]  # type: ignore[index]
+            out = np.where(changed[:, :, None], out, copied)
         self._last_answers = out[:, -1]
         return out
 

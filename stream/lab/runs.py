@@ -1,7 +1,7 @@
 """The lab's run primitives: per-method settings and one run of a method through the engine.
 
 Everything the lab runs steps :class:`controller.step.Engine` (the service's code):
-:func:`run_method` steps it once over a workload with the service's noise drawers
+:func:`run_method` steps it once (:func:`controller.runs.step_run`, the step loop the planner shares) over a workload with the service's noise drawers
 (``Randomness.seeded(seed)``; ``dpstream replay --seed seed`` publishes the same), and the
 run-vectorised lab path (:mod:`stream.lab.vectorised`) steps the same policies' rules over R runs.
 :mod:`stream.lab.evaluate`, :mod:`stream.lab.personal` and :mod:`stream.lab.recommend` import
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from controller.method import W_EVENT_METHODS
+from controller.runs import step_run
 from histogram.noise import Randomness
 from stream.config import ConfigError, Settings
 from stream.lab.errors import EvaluationError
@@ -97,7 +98,6 @@ def run_method(
     stream's counts per budget level, :mod:`stream.lab.personal`)."""
     engine = settings.engine() if engine is None else engine
     stream_id = settings.stream.id
-    state = engine.initial_state()
     acc = RunErrors(workload)
     placeholder = np.zeros(workload.bins)  # published before the first release
     post = settings.postprocessor()  # what the service would publish (free post-processing)
@@ -107,9 +107,9 @@ def run_method(
     max_window: Fraction = Fraction(0)
     release = None
     pending = 0
-    for t in range(workload.timesteps):
-        counts = workload.truth[t] if inputs is None else inputs(t, state)
-        release, state = engine.step(state, counts, randomness.drawer(stream_id, t, "release"))
+    steps = step_run(engine, workload.truth if inputs is None else inputs,
+                     lambda t: randomness.drawer(stream_id, t, "release"), timesteps=workload.timesteps)
+    for t, release, _ in steps:
         src = release.source_timestep
         sources.append(src)
         if release.kind == "fresh":

@@ -56,13 +56,10 @@ from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.policies.sampling import WEventSamplingPolicy
 from controller.policies.wevent import FAST_MAX_EXPONENT, FastPolicy, PegasusPolicy, SamplePolicy
 from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness
-from histogram.postprocess import parse_chain, postprocess
-from stream.lab.metrics import QueryIndex, Workload
+from histogram.postprocess import STATEFUL, parse_chain, postprocess
+from stream.lab.metrics import RunErrors, Workload
 
 __all__ = ["LabNoise", "PooledNoise", "EngineNoise", "VectorResult", "vector_eligible", "run_vectorised"]
-
-#: ``release.postprocess`` values that act on each count alone (so they apply to a stack of runs).
-ELEMENTWISE_POST = frozenset({"none", "nonnegative"})
 
 #: decision methods with a run-vectorised kernel (under w-event privacy)
 VECTOR_METHODS = frozenset({"dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast"})
@@ -278,76 +275,85 @@ class VectorResult:
 
 
 class _Metrics:
-    """The figures of :class:`stream.lab.metrics.RunErrors` for R runs, buffered in blocks.
+    """A block buffer in front of :class:`stream.lab.metrics.RunErrors` (the one implementation of
+    the error figures): what every run published at each timestep is kept for a block of timesteps
+    and handed to :meth:`RunErrors.add_block` in one array pass.
 
-    The published counts of every run are buffered for a block of timesteps and compared with the
-    truth in one pass per block. Identical range queries are answered once and weighted by how often
-    they occur (with one bin every query is the same one). Still a second implementation of the
-    error figures (issue 29): it goes with the kernels, or becomes a buffer in front of
-    ``RunErrors.add_block``."""
+    Timesteps may arrive out of order (``release.delay`` publishes timestep ``t − k`` at ``t``): those
+    beyond the current block wait aside; a block is handed on once all of its timesteps are in.
+    Every timestep must be added exactly once."""
 
     BLOCK = 128
 
     def __init__(self, workload: Workload, runs: int) -> None:
-        self.w = workload
-        self.abs = np.zeros(runs)
-        self.rel = np.zeros(runs)
-        self.qabs = np.zeros(runs)
-        self.qrel = np.zeros(runs)
-        self.q: QueryIndex | None = None
-        if workload.queries is not None and workload.truth_answers is not None:
-            corners, first, counts = np.unique(workload.queries.corners, axis=0, return_index=True,
-                                               return_counts=True)[:3]
-            self.q = QueryIndex(workload.queries.queries, workload.queries.shape, corners, workload.queries.signs)
-            self.weight = counts.astype(np.float64)
-            self.truth_answers = workload.truth_answers[:, first]
-            self.sanity_answers = np.maximum(workload.sanity, self.truth_answers)
-        self.sanity_truth = np.maximum(workload.sanity, workload.truth)
+        self.errors = RunErrors(workload, runs)
+        self.timesteps = workload.timesteps
         self.block = max(1, min(self.BLOCK, (1 << 22) // max(1, runs * workload.bins)))
         self.buf = np.zeros((runs, self.block, workload.bins))
         self.start = 0
-        self.filled = 0
+        self.filled = np.zeros(self.block, dtype=bool)
+        self.count = 0
+        self.later: dict[int, np.ndarray] = {}  # timesteps past the current block (a delay)
 
     def add(self, t: int, published: np.ndarray) -> None:
-        """Timestep ``t`` (the next one) published ``published`` (``(R, U)``) in every run."""
-        self.buf[:, self.filled] = published
-        self.filled += 1
-        if self.filled == self.block:
-            self.flush()
+        """Timestep ``t`` published ``published`` (``(R, U)``) in every run (copied)."""
+        j = t - self.start
+        if j >= self.block:
+            if t in self.later:
+                raise ValueError(f"timestep {t} was added twice")
+            self.later[t] = np.array(published, dtype=np.float64)
+            return
+        if j < 0 or self.filled[j]:
+            raise ValueError(f"timestep {t} was added twice")
+        self.buf[:, j] = published
+        self.filled[j] = True
+        self.count += 1
+        if self.count == min(self.block, self.timesteps - self.start):
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        k = self.count
+        self.errors.add_block(self.start, self.buf[:, :k])
+        self.start += k
+        self.filled[:] = False
+        self.count = 0
+        for t in sorted(x for x in self.later if x < self.start + self.block):
+            self.add(t, self.later.pop(t))
 
     def flush(self) -> None:
-        k = self.filled
-        if not k:
-            return
-        lo, hi = self.start, self.start + k
-        pub = self.buf[:, :k]
-        err = np.abs(pub - self.w.truth[lo:hi])
-        self.abs += err.sum(axis=(1, 2))
-        self.rel += (err / self.sanity_truth[lo:hi]).sum(axis=(1, 2))
-        if self.q is not None:
-            runs, bins = pub.shape[0], pub.shape[2]
-            answers = self.q.answer_batch(pub.reshape(runs * k, bins)).reshape(runs, k, -1)
-            qerr = np.abs(answers - self.truth_answers[lo:hi])
-            self.qabs += (qerr @ self.weight).sum(axis=1)
-            self.qrel += ((qerr / self.sanity_answers[lo:hi]) @ self.weight).sum(axis=1)
-        self.start, self.filled = hi, 0
+        """Hand on the rest (all timesteps must have been added)."""
+        if self.later or not self.filled[:self.count].all() or self.start + self.count != self.timesteps:
+            raise ValueError(f"timesteps from {self.start} on were not all published")
+        if self.count:
+            self._hand_on()
 
     def metrics(self, r: int) -> dict[str, float]:
-        w, n = self.w, max(self.w.timesteps, 1)
-        m = max(w.query_count, 1)
-        return {
-            "mae": float(self.abs[r]) / (n * w.bins),
-            "mre": float(self.rel[r]) / (n * w.bins),
-            "query_abs_error": float(self.qabs[r]) / (n * m) if w.query_count else math.nan,
-            "query_rel_error": float(self.qrel[r]) / (n * m) if w.query_count else math.nan,
-        }
+        return self.errors.metrics()[r]
+
+
+#: decision methods whose decisions read neither the data nor the noise (thesis §4.1.4: they "spend
+#: only on publications"): every run makes the same decisions at the same ε, so a stateful
+#: post-processor (smoother, structural model, ``release.delay``) can step all runs at once
+SHARED_DECISIONS = frozenset({"uniform", "fixed", "sample"})
+
+#: decision methods the runner takes under user-level privacy (one total budget: a unit ledger
+#: whose window spans the stream, :meth:`controller.ledger.UnitLedger.for_unit`)
+USER_LEVEL_METHODS = frozenset({"uniform", "fixed"})
 
 
 def vector_eligible(settings: Any) -> bool:
-    """Whether :func:`run_vectorised` applies to these settings."""
-    return (settings.privacy.unit == "w-event" and settings.release.mechanism == "lpa"
-            and settings.release.decision in VECTOR_METHODS
-            and settings.release.postprocess in ELEMENTWISE_POST)
+    """Whether :func:`run_vectorised` applies to these settings: LPA; w-event with a method of
+    :data:`VECTOR_METHODS` or user-level with one of :data:`USER_LEVEL_METHODS`; no online
+    re-planning and no personalized budgets; and any ``release.postprocess`` chain (with
+    ``release.delay``) for the methods of :data:`SHARED_DECISIONS`, a stateless one (``none``,
+    ``nonnegative``, ``integer``) for the others, whose runs decide apart."""
+    r, p = settings.release, settings.privacy
+    if r.mechanism != "lpa" or p.personal is not None or (r.planner is not None and r.planner.online is not None):
+        return False
+    methods = VECTOR_METHODS if p.unit == "w-event" else USER_LEVEL_METHODS if p.unit == "user-level" else ()
+    if r.decision not in methods:
+        return False
+    return r.decision in SHARED_DECISIONS or not any(step in STATEFUL for step in parse_chain(r.postprocess))
 
 
 @dataclass
@@ -681,15 +687,25 @@ def run_vectorised(
     keep_published: bool = False,
     tick: Callable[[int], None] | None = None,
 ) -> VectorResult:
-    """``runs`` runs of ``settings``' method on ``workload``, all at once (evaluation only)."""
+    """``runs`` runs of ``settings``' method on ``workload``, all at once (evaluation only).
+
+    Each timestep: the method's rule decides for every run (charging the unit ledger of the privacy
+    unit, :meth:`controller.ledger.UnitLedger.for_unit`), the fresh runs are charged their release
+    and draw it (LPA's scale), and each run publishes what the service would after
+    ``release.postprocess``: a stateless chain on each fresh release; a stateful one (the
+    smoothers, the structural model, with ``release.delay`` its fixed lag and, at the end, the
+    last ``delay`` timesteps smoothed as far as they go) applied over the stack of runs at every
+    timestep after the first release, as :func:`stream.lab.runs.run_method` applies it to its one
+    run. The error figures are :class:`stream.lab.metrics.RunErrors`'."""
     if not vector_eligible(settings):
         raise ValueError(f"no vectorised lab path for {settings.release.decision} under these settings")
     engine = settings.engine()
     policy, mech = engine.policy, engine.mechanism
     kernel_type = _KERNELS[type(policy)]
     T, U = workload.timesteps, workload.bins
-    post = settings.release.postprocess
-    ledger = UnitLedger(policy.unit.epsilon, policy.unit.w, runs, T, policy.charges())  # the policy's privacy map
+    post = settings.postprocessor()
+    chain = post.text if post.chain else ""
+    ledger = UnitLedger.for_unit(policy.unit, runs, T, policy.charges())  # the policy's privacy map
     unit = ledger.unit
     run = _Run(runs, T, U, workload.truth, noise, ledger, unit, mech)
     kernel = kernel_type(policy, run)
@@ -701,8 +717,14 @@ def run_vectorised(
     kept = np.zeros((runs, T, U)) if keep_published else None
     if kernel.published_float:
         run.last = run.last.astype(np.float64)
-    chain = parse_chain(post)
     truth = workload.truth
+    smoother = _Smoother(post, mech, runs) if post.stateful else None
+
+    def publish(t: int, counts: np.ndarray) -> None:
+        acc.add(t, counts)
+        if kept is not None:
+            kept[:, t] = counts
+
     for t in range(T):
         noise.begin(t)
         rows, eps = kernel.decide(t)
@@ -713,17 +735,21 @@ def run_vectorised(
             out = kernel.after(t, rows, noisy, eps)
             run.last[rows] = out
             run.has_last[rows] = True
-            published[rows] = postprocess(post, out) if chain else out
+            if smoother is None:
+                published[rows] = postprocess(chain, out) if chain else out
             src[rows] = t
             fresh_eps[rows, t] = eps
         sources[:, t] = src
-        acc.add(t, published)
-        if kept is not None:
-            kept[:, t] = published
+        if smoother is None:
+            publish(t, published)
+        else:
+            smoother.step(t, run, rows, eps, unit, publish)
         if tick is not None and (t + 1) % 25 == 0:
             tick(25 * runs)
     if tick is not None and T % 25:
         tick((T % 25) * runs)
+    if smoother is not None:
+        smoother.finish(T, publish)
     acc.flush()
     metrics = []
     spent = ledger.total
@@ -735,3 +761,66 @@ def run_vectorised(
         m["max_window_spend"] = float(Fraction(int(ledger.max[r])) * unit)
         metrics.append(m)
     return VectorResult(metrics, sources, fresh_eps, unit, kept)
+
+
+class _Smoother:
+    """A stateful ``release.postprocess`` (:class:`histogram.postprocess.PostProcessor`) over the
+    stack of runs of a method whose runs decide alike (:data:`SHARED_DECISIONS`).
+
+    :func:`stream.lab.runs.run_method` applies the post-processor at every timestep after the first
+    release to the engine's release (the last fresh counts, their half-width, fresh or not); here
+    the same call takes the ``(R, U)`` stack of the runs' last releases, and the filters act on each
+    row alone (:meth:`PostProcessor.apply`: any leading axes, bins last). Before the first release
+    the all-zero placeholder is published and the filter is not called. With ``release.delay`` k,
+    the call at ``t`` gives timestep ``t − k``'s counts (those before the first release keep their
+    placeholder), and the last k come from :meth:`PostProcessor.pending` at the end."""
+
+    def __init__(self, post: Any, mech: Any, runs: int) -> None:
+        self.post = post
+        self.mech = mech
+        self.state = post.initial()
+        self.width = np.float64(0.0)
+        self.widths: dict[int, np.float64] = {}
+        self.first = -1  # the timestep of the first release (the same in every run)
+        self.zeros: np.ndarray | None = None
+        self.runs = runs
+
+    def step(self, t: int, run: _Run, rows: np.ndarray, eps: np.ndarray, unit: Fraction,
+             publish: Callable[[int, np.ndarray], None]) -> None:
+        if rows.size not in (0, self.runs):
+            raise RuntimeError(f"{rows.size} of {self.runs} runs released fresh at timestep {t}: a stateful "
+                               "post-processor steps all runs at once, so their decisions must be shared")
+        if rows.size:
+            e = int(eps[0])
+            if np.any(eps != e):
+                raise RuntimeError(f"the runs released at different ε at timestep {t}: decisions not shared")
+            width = self.widths.get(e)
+            if width is None:  # LPA's half-width at this ε (the engine's release.half_width)
+                width = self.widths[e] = np.float64(self.mech.half_width(Fraction(e) * unit))
+            self.width = width
+            if self.first < 0:
+                self.first = t
+        if self.first < 0:
+            if self.zeros is None:
+                self.zeros = np.zeros((self.runs, run.U))
+            publish(t, self.zeros)
+            return
+        out, self.state = self.post.apply(self.state, run.last, self.width, self.mech.confidence, rows.size > 0)
+        k = self.post.delay
+        if not k:
+            publish(t, out.counts)
+        elif t - k >= self.first:
+            publish(t - k, out.counts)
+
+    def finish(self, timesteps: int, publish: Callable[[int, np.ndarray], None]) -> None:
+        """With a delay k: the last k timesteps (after the first release), smoothed as far as they go."""
+        if not self.post.delay or self.first < 0:
+            return
+        tail = self.post.pending(self.state, (self.runs, -1))
+        if tail is None:
+            return
+        k = self.post.delay
+        for j in range(k):
+            t = timesteps - k + j
+            if t >= self.first:
+                publish(t, tail[j])

@@ -81,17 +81,17 @@ def threshold_below_noise_floor(settings: Any, *, max_steps: int = 8) -> Thresho
     bins = settings.domain().size
     if bins > MAX_BINS:
         return None
+    from controller.runs import step_run
     from histogram.noise import Randomness
 
     engine = settings.engine()
-    state = engine.initial_state()
     # a personalized stream's engine steps on one block of bins per budget level (every part's
     # release ε is then the largest part's: the lowest floor, so a threshold below it is below all)
     zeros = np.zeros(getattr(engine, "input_bins", bins), dtype=np.int64)
     noise = Randomness.seeded(0)  # never published: only the ε of a fresh release is read
     epsilon = None
-    for t in range(max_steps):
-        release, state = engine.step(state, zeros, noise.drawer("diagnostics", t))
+    for _, release, _ in step_run(engine, lambda t, state: zeros, lambda t: noise.drawer("diagnostics", t),
+                                  timesteps=max_steps):
         if release.kind == "fresh" and release.epsilon_release:
             epsilon = Fraction(release.epsilon_release)
             break

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from controller.method import METHODS
+from controller.runs import step_run
 from histogram.noise import Randomness
 from histogram.postprocess import POSTPROCESSORS, PostProcessor, postprocess
 from stream.planning.families import FAMILIES, FLOOR, FamilyParams, family_series, spread_over_bins
@@ -240,7 +241,6 @@ def _simulate(settings: Any, truth: np.ndarray, seed: int, posts: tuple[str, ...
     service's chain ``nonnegative+kalman``; without a declared population the lab stands in the
     bin count for it). The noise is seeded and never published."""
     engine = settings.engine()
-    state = engine.initial_state()
     noise = Randomness.seeded(seed)
     timesteps, bins = truth.shape
     published = {p: np.zeros(bins) for p in posts}
@@ -250,8 +250,8 @@ def _simulate(settings: Any, truth: np.ndarray, seed: int, posts: tuple[str, ...
     post_state = smoother.initial() if smoother is not None else None
     last: int | None = None
     err = dict.fromkeys(posts, 0.0)
-    for t in range(timesteps):  # (an infinite published interval gives the filter a zero gain)
-        release, state = engine.step(state, truth[t], noise.drawer("planner", t, "release"))
+    # the one step loop (controller.runs.step_run); an infinite published interval gives the filter a zero gain
+    for t, release, _ in step_run(engine, truth, lambda t: noise.drawer("planner", t, "release")):
         src = release.source_timestep
         if src is not None:
             if src != last:
@@ -480,13 +480,11 @@ def noise_above_data(settings: Any, *, max_steps: int | None = None) -> str | No
     if bins > 200_000:
         return None
     steps = max_steps or min(p.horizon or 2 * (p.w or 1), 2 * (p.w or 1) if p.w else 50, 100)
-    engine = settings.engine()
-    state = engine.initial_state()
     zeros = np.zeros(bins, dtype=np.int64)
     noise = Randomness.seeded(0)
     eps = Fraction(0)
-    for t in range(max(1, steps)):
-        release, state = engine.step(state, zeros, noise.drawer("planner-diagnostics", t))
+    for _, release, _ in step_run(settings.engine(), lambda t, state: zeros,
+                                  lambda t: noise.drawer("planner-diagnostics", t), timesteps=max(1, steps)):
         if release.kind == "fresh" and release.epsilon_release and release.epsilon_release > eps:
             eps = Fraction(release.epsilon_release)
     if eps <= 0:

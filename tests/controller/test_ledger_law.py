@@ -118,3 +118,43 @@ def test_lpa_scale_and_error_in_ledger_units_equal_the_mechanisms(units, unit, s
     num, den = mech.scale_in_units(np.array([units]), unit)
     assert Fraction(int(num[0]), int(den[0])) == mech.scale(units * unit)
     assert mech.expected_abs_error_in_units(units, unit) == mech.expected_abs_error(units * unit)
+
+
+@st.composite
+def user_level_scenarios(draw):
+    epsilon = draw(fractions)
+    share = st.builds(lambda k, n: epsilon * Fraction(k, n), st.integers(1, 6), st.integers(1, 7))
+    charges = draw(st.lists(st.one_of(share, fractions), min_size=1, max_size=3))
+    runs = draw(st.integers(1, 4))
+    timesteps = draw(st.integers(1, 25))
+    op = st.tuples(st.integers(0, 5), st.integers(1, 2**runs - 1))
+    steps = draw(st.lists(st.lists(op, max_size=3), min_size=timesteps, max_size=timesteps))
+    return epsilon, charges, runs, steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(user_level_scenarios())
+def test_a_unit_ledger_over_the_whole_stream_is_the_user_level_accountant(scenario):
+    """User-level privacy (one total budget, :class:`controller.accountant.UserLevelAccountant`):
+    :meth:`UnitLedger.for_unit` gives a window spanning the stream, and answers, totals and the
+    largest 'window' figure equal the accountant's on the same spends."""
+    from controller.accountant import UserLevelAccountant
+    from controller.units import UserLevel
+
+    epsilon, charges, runs, steps = scenario
+    unit = UserLevel(epsilon, horizon=len(steps), cutoff=1)
+    exact = AccountantLedger([UserLevelAccountant(epsilon) for _ in range(runs)])
+    units = UnitLedger.for_unit(unit, runs, len(steps), charges)
+    for t, ops in enumerate(steps):
+        for c, mask in ops:
+            rows = np.array([r for r in range(runs) if mask >> r & 1], dtype=np.int64)
+            c %= len(charges)
+            e_exact, e_units = exact.amount(charges[c]), units.amount(charges[c])
+            ok = exact.can_spend(t, e_exact)
+            assert np.array_equal(ok, units.can_spend(t, e_units))
+            exact.spend(t, rows[ok[rows]], e_exact, "publication")
+            units.spend(t, rows[ok[rows]], e_units, "publication")
+            _same_state(exact, units, t)
+            for r in range(runs):  # the largest window figure is the total, as the accountant reports
+                acct = exact.accountants[r]
+                assert units.view(t, r)[2] == acct.window_spend(t) == acct.spent

@@ -377,10 +377,10 @@ class _EngineDrawers:
 @pytest.mark.parametrize(("unit", "name", "engine"), RUNS_CASES, ids=[f"{u}-{m}" for u, m, _ in RUNS_CASES])
 def test_runs_axis_conformance(unit, name, engine):
     """R runs of ``decide_runs`` decide, charge and release exactly as R single runs of the engine, on
-    the exact accountants and (w-event) on the unit ledger. The runs start from different ledgers (odd
-    runs carry an extra charge at timestep 0), so a decision that mixed up runs would show. Each run
-    draws from its engine run's drawers (decision noise, then the release), so data-dependent rules
-    (BD, BA) see the same histograms and noise as the engine."""
+    the exact accountants and on the unit ledger (user-level: its window spans the stream). The runs
+    start from different ledgers (odd runs carry an extra charge at timestep 0), so a decision that
+    mixed up runs would show. Each run draws from its engine run's drawers (decision noise, then the
+    release), so data-dependent rules (BD, BA) see the same histograms and noise as the engine."""
     policy, mech, runs, timesteps = engine.policy, engine.mechanism, 4, 40
     counts = stream(timesteps, seed=2)
     extra = policy.charges()[0]
@@ -393,9 +393,9 @@ def test_runs_axis_conformance(unit, name, engine):
         releases, _ = run(engine, counts, seed=r, state=state)
         expected.append([(x.timestep, x.epsilon_release, x.counts.tolist()) for x in releases if x.kind == "fresh"])
     assert any(expected[0] != e for e in expected[1:]) or name == "uniform" and unit == "user-level"
-    ledgers = [AccountantLedger([policy.new_accountant() for _ in range(runs)])]
-    if unit == "w-event":
-        ledgers.append(UnitLedger(policy.unit.epsilon, policy.unit.w, runs, timesteps, policy.charges()))
+    # the lab's unit ledger too: w-event's window, or user-level's one total (a window spanning the stream)
+    ledgers = [AccountantLedger([policy.new_accountant() for _ in range(runs)]),
+               UnitLedger.for_unit(policy.unit, runs, timesteps, policy.charges())]
     for ledger in ledgers:
         odd = np.arange(1, runs, 2)
         ledger.spend(0, odd, ledger.amount(extra), "decision")

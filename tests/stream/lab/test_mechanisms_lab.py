@@ -16,7 +16,6 @@ from stream.lab.highdim import HighDimParams, query_workload, random_boxes
 from stream.lab.inputs import load_records, load_truth
 from stream.lab.mechanisms import (
     _box_counts,
-    _schedule,
     evaluate_mechanisms,
     parse_mechanisms,
 )
@@ -79,12 +78,32 @@ def test_lpa_with_negligible_noise_answers_every_query_exactly(census):
 
 def test_schedule_spends_the_config_epsilon_and_c(highdim):
     s = load_settings(highdim / "config.yaml").with_changes({"privacy": {"cutoff": 2}})
-    assert _schedule(s, "fixed", 4) == [Fraction(1, 2), None, Fraction(1, 2), None]
-    assert _schedule(s, "uniform", 4) == [Fraction(1, 4)] * 4
     rec = load_records(s, highdim / "events.csv")
     r = evaluate_mechanisms(s, rec, ["copula", "marginals"], runs=2, queries=10, synthetic=2000)
+    assert r["schedule"]["fresh_epsilon"] == ["1/2", None, "1/2", None]
     for row in r["methods"].values():
         assert row["fresh_releases"] == 2 and row["epsilon_spent"] == 1.0 and row["max_window_spend"] == 1.0
+    uniform = evaluate_mechanisms(s, rec, ["marginals-1"], runs=1, queries=5, synthetic=500, schedule="uniform")
+    assert uniform["schedule"]["fresh_epsilon"] == ["1/4"] * 4
+
+
+def test_a_schedule_steps_the_services_engine(highdim, monkeypatch):
+    """fixed/uniform in front of a mechanism run through the one run primitive (_run_engine), whose
+    runs are what replay --seed seed+r publishes (the parametrized test below)."""
+    from stream.lab import mechanisms
+
+    calls = []
+    real = mechanisms._run_engine
+
+    def spy(settings, name, decision, *args, **kwargs):
+        calls.append((name, decision))
+        return real(settings, name, decision, *args, **kwargs)
+
+    monkeypatch.setattr(mechanisms, "_run_engine", spy)
+    s = load_settings(highdim / "config.yaml")
+    rec = load_records(s, highdim / "events.csv")
+    evaluate_mechanisms(s, rec, ["lpa", "marginals-1"], runs=2, queries=5, synthetic=500, schedule="uniform")
+    assert calls == [("lpa", "uniform")] * 2 + [("marginals-1", "uniform")] * 2
 
 
 def test_large_domain_runs_the_models_and_skips_the_histogram_methods(tmp_path):
@@ -147,9 +166,12 @@ def test_cli(highdim, tmp_path, capsys):
     ("copula-median", "dsft", {"release": {"threshold": 1.5}, "privacy": {"epsilon": 50}}, True),
     ("marginals", "dsft", {"release": {"threshold": 1.5}, "privacy": {"epsilon": 50}}, True),
     ("lpa", "dsat", {}, False),  # 3,000 people over 1.7M cells: every timestep differs by ~2n
+    ("copula-median", "fixed", {"privacy": {"cutoff": 2}}, True),  # a public schedule in front
+    ("marginals", "uniform", {}, False),
 ])
 def test_a_decision_in_front_publishes_what_the_service_publishes(highdim, name, decision, changes, mixed):
-    """--methods dsat/dsft: the service's engine decides; each run's kinds and models are replay --seed's."""
+    """--methods dsat/dsft/fixed/uniform: the service's engine decides; each run's kinds and models are
+    replay --seed's."""
     from itertools import combinations
 
     from histogram.noise import Randomness

@@ -2,7 +2,8 @@
 
 Written before the metrics were merged into one implementation (stream.lab.metrics.RunErrors),
 with the values the engine path (``run_method``), the non-private ``-true`` versions, the fast
-path for data-independent methods (``run_fast``) and the reference rows gave then. The engine
+path for data-independent methods (``run_fast``, now deleted: the runner takes user-level uniform) and
+the reference rows gave then. The engine
 path's figures on integer counts are pinned bit for bit (its sums keep their order); a smoothed
 (non-integer) series' query answers are now computed in one pass over the stack
 (``QueryIndex.answer_batch``), which may round the last bit differently from the per-histogram
@@ -29,9 +30,13 @@ ENGINE = {
     "uniform+nonnegative": [10.658333333333333, 2.6916330295926136, 30.67, 1.0593097906966225],
     "uniform+nonnegative-true": [0.0, 0.0, 0.0, 0.0],
 }
+#: user-level uniform, three runs with the engine's drawers (seeds 7, 8, 9). Run 0 is what run_fast's
+#: run 0 (the engine's own run) gave; run_fast drew runs 1 and 2 from a drawer of its own
+#: ([14.6625, 4.404123789381538, 37.85, 1.286379223491718] and [16.208333333333332,
+#: 5.607351536471702, 37.955, 1.5141431201090547]); the runner with EngineNoise draws the engine's.
 FAST = [[15.0625, 4.441187310191934, 33.9225, 1.2911187697495345],
-        [14.6625, 4.404123789381538, 37.85, 1.286379223491718],
-        [16.208333333333332, 5.607351536471702, 37.955, 1.5141431201090547]]
+        [17.791666666666668, 5.699726201873724, 40.5825, 1.6044607727191555],
+        [17.558333333333334, 5.194888320773, 40.24, 1.9233251332148842]]
 REFERENCES = {"zero-release": [10.0, 0.8916666666666667, 51.805, 1.0],
               "previous-true": [2.558333333333333, 0.5429337204190146, 6.5125, 0.1707082031799539]}
 
@@ -56,10 +61,12 @@ def test_engine_path_and_true_versions_are_pinned_bit_for_bit(stream):
     assert {k: got[k] for k in smoothed} == {k: pytest.approx(ENGINE[k], rel=1e-12) for k in smoothed}
 
 
-def test_fast_path_and_reference_rows_are_pinned(stream):
+def test_runner_and_reference_rows_are_pinned(stream):
+    from stream.lab.vectorised import EngineNoise, run_vectorised
+
     per, w = stream
-    fast = ev.run_fast(per["uniform"], w, 7, 3)
-    assert [[t.metrics[k] for k in KEYS] for t in fast] == [pytest.approx(row, rel=1e-12) for row in FAST]
+    fast = run_vectorised(per["uniform"], w, 3, EngineNoise(7, per["uniform"].stream.id))
+    assert [[m[k] for k in KEYS] for m in fast.metrics] == [pytest.approx(row, rel=1e-12) for row in FAST]
     refs = ev.reference_rows(w)
     assert {n: [refs[n][k] for k in KEYS] for n in REFERENCES} == {
         n: pytest.approx(row, rel=1e-12) for n, row in REFERENCES.items()}
