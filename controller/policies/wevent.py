@@ -30,7 +30,7 @@ window of ``w`` past ε.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -44,6 +44,7 @@ from controller.policies.base import (
     DecisionContext,
     RunsContext,
     RunsDecision,
+    amounts_for,
     decide_one,
     fresh,
 )
@@ -56,7 +57,7 @@ from controller.step import decode_array, encode_array
 from controller.units import WEvent
 from histogram.mechanism import NoisyHistogram
 
-__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "FastPolicy", "FastState", "FAST_MAX_EXPONENT"]
+__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "PegasusRuns", "group_deviation", "FastPolicy", "FastState", "FAST_MAX_EXPONENT"]
 
 #: FAST_w's controller caps ``(control − ξ)/ξ`` here before ``exp`` (``exp(709.8)`` overflows a float).
 FAST_MAX_EXPONENT = 700.0
@@ -105,7 +106,8 @@ class SamplePolicy(_Stateless):
 
 @dataclass(frozen=True)
 class PegasusState:
-    """The open group: its size and the sum of its members' *perturbed* histograms.
+    """The open group: its size and the sum of its members' *perturbed* histograms (the service's
+    one run; journaled with :meth:`to_json`).
 
     Public given the releases' noise: both are functions of ε_p-DP perturbed
     values and of the ε_g-DP grouping decisions. ``joined`` records this
@@ -133,9 +135,59 @@ class PegasusState:
         return cls(size, total, joined)
 
 
+@dataclass
+class PegasusRuns:
+    """The open groups of R runs (the lab's many runs, or the service's one): what
+    :meth:`PegasusPolicy.decide_runs` and :meth:`PegasusPolicy.after_runs` read and update in place.
+
+    Attributes:
+        size: ``(R,)`` int64, each run's group size (0 before its first release).
+        total: ``(R, U)`` the sum of each group's perturbed histograms (int64 while every release is
+            an integer vector, else float64); None until the first release gives U. Rows of size 0
+            are not read.
+        joined: ``(R,)`` bool, whether this timestep's fresh release joins the open group (set by
+            the decision of a fresh run, read by the smoother; other rows keep theirs).
+    """
+
+    size: np.ndarray
+    total: np.ndarray | None
+    joined: np.ndarray
+
+
+ONE_RUN = np.zeros(1, dtype=np.int64)
+ONE_RUN.setflags(write=False)
+
+
+def _group_means(total: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Each row's group mean ``total[i] / size[i]``: for integer sums the exactly rounded integer
+    ``floor(S/n + 1/2)``, else the float quotient (public: post-processing of releases)."""
+    n = size[:, None]
+    if total.dtype.kind in "iu":
+        return (2 * total + n) // (2 * n)
+    return total / n
+
+
+def group_deviation(counts: np.ndarray, total: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """The deviation test's query per row: ``⌊Σ_b |x_t[b] − m[b]|⌋`` with ``m`` the row's group
+    mean rounded to integers (int64, ``(len(size),)``).
+
+    ``m`` is public (post-processing of releases), so the query reads only this timestep's
+    histogram ``counts``; it is 1-Lipschitz in L1, an integer, and moves by at most Δ between
+    neighbours.
+    """
+    m = _group_means(total, size)
+    if m.dtype.kind not in "iu":
+        m = np.rint(m).astype(np.int64)
+    return np.abs(np.asarray(counts, dtype=np.int64) - m).sum(axis=1)
+
+
 @dataclass(frozen=True)
 class PegasusPolicy:
     """PeGaSus, window-split: perturb at ε_p, test at ε_g, smooth for free, every timestep.
+
+    The rule is written once over a runs axis (:meth:`decide_runs`, :meth:`after_runs` on
+    :class:`PegasusRuns`); the service's :meth:`decide` and :meth:`smooth` run it with one run on
+    the journaled :class:`PegasusState` (:meth:`to_runs`, :meth:`from_runs`).
 
     Attributes:
         unit: the w-event unit; each timestep spends ``ε/w``.
@@ -178,8 +230,9 @@ class PegasusPolicy:
         """Discrete Laplace scale of the deviation test: Δ/ε_g."""
         return Fraction(self.sensitivity) / self.epsilon_g
 
-    def threshold(self, size: int, bins: int, error_per_bin: float) -> float:
-        """Public threshold θ for a group of ``size`` perturbed histograms.
+    def threshold(self, size: int | np.ndarray, bins: int, error_per_bin: float) -> Any:
+        """Public threshold θ for a group of ``size`` perturbed histograms (one θ per entry of an
+        array of sizes).
 
         The L1 distance between a constant stream and the mean of ``size``
         perturbed copies of it is about ``U·e/√size`` (``e`` the perturber's
@@ -187,7 +240,7 @@ class PegasusPolicy:
         sum (``2·√U·e/√size``) and two test-noise scales, so a group closes on
         change rather than on noise. A function of public parameters only.
         """
-        spread = error_per_bin / math.sqrt(size)
+        spread = error_per_bin / np.sqrt(np.asarray(size, dtype=np.float64))
         return bins * spread + 2 * math.sqrt(bins) * spread + 2 * float(self.test_scale)
 
     def new_accountant(self) -> Accountant:
@@ -196,50 +249,97 @@ class PegasusPolicy:
     def reset(self) -> PegasusState:
         return PegasusState()
 
-    @staticmethod
-    def _mean(state: PegasusState) -> np.ndarray:
-        assert state.total is not None
-        if state.total.dtype.kind in "iu":  # exact rounding of an integer mean: floor(S/n + 1/2)
-            return (2 * state.total + state.size) // (2 * state.size)
-        return state.total / state.size
+    def reset_runs(self, runs: int) -> PegasusRuns:
+        return PegasusRuns(np.zeros(runs, dtype=np.int64), None, np.zeros(runs, dtype=bool))
+
+    def to_runs(self, state: PegasusState) -> PegasusRuns:
+        """The one run of ``state`` as :class:`PegasusRuns` (R = 1; the total is read, not copied)."""
+        total = None if state.total is None else np.asarray(state.total)[None, :]
+        return PegasusRuns(np.array([state.size], dtype=np.int64), total, np.array([state.joined]))
+
+    def from_runs(self, runs: PegasusRuns) -> PegasusState:
+        """Inverse of :meth:`to_runs` (the journaled form, byte for byte as before)."""
+        size = int(runs.size[0])
+        total = None
+        if size and runs.total is not None:
+            total = runs.total[0]
+            total.setflags(write=False)
+        return PegasusState(size, total, bool(runs.joined[0]))
 
     def deviation(self, counts: np.ndarray, state: PegasusState) -> int:
-        """The test's query: ``⌊Σ_b |x_t[b] − m[b]|⌋`` with ``m`` the group's rounded perturbed mean.
+        """The test's query for the one run of ``state`` (:func:`group_deviation`)."""
+        assert state.total is not None
+        return int(group_deviation(counts, np.asarray(state.total)[None, :], np.array([state.size]))[0])
 
-        ``m`` is public (post-processing of releases), so the query reads only
-        this timestep's histogram; it is 1-Lipschitz in L1, an integer, and
-        moves by at most Δ between neighbours.
-        """
-        m = np.rint(self._mean(state)).astype(np.int64)
-        return int(np.abs(counts.astype(np.int64) - m).sum())
+    def deviations(self, counts: np.ndarray, state: PegasusRuns, rows: np.ndarray) -> np.ndarray:
+        """The test's query for the runs ``rows`` (all with an open group)."""
+        assert state.total is not None
+        return group_deviation(counts, state.total[rows], state.size[rows])
 
     def decide(self, state: PegasusState, ctx: DecisionContext) -> tuple[Decision, PegasusState]:
-        t = ctx.timestep
-        if state.size == 0 or (self.max_group is not None and state.size >= self.max_group):
-            need = self.epsilon_p  # a new group: nothing to test
-            if not ctx.accountant.can_spend(t, need):
-                return REPUBLISH, state
-            return fresh(self.epsilon_p, "new group"), replace(state, joined=False)
-        if not ctx.accountant.can_spend(t, self.epsilon_g + self.epsilon_p):
-            return REPUBLISH, state
-        ctx.accountant.spend(t, self.epsilon_g, "test")
-        noisy = self.deviation(ctx.counts, state) + int(ctx.noise.discrete_laplace(self.test_scale))
-        theta = self.threshold(state.size, ctx.bins, ctx.mechanism.expected_abs_error(self.epsilon_p, ctx.bins))
-        joined = noisy <= theta
-        return fresh(self.epsilon_p, "joined group" if joined else "new group"), replace(state, joined=joined)
+        decision, runs = decide_one(self, self.to_runs(state), ctx)
+        return decision, self.from_runs(runs)
+
+    def decide_runs(self, state: PegasusRuns, ctx: RunsContext) -> tuple[RunsDecision, PegasusRuns]:
+        """Every run perturbs at ε_p; a run with an open group first tests (charged ε_g, before its
+        noise is drawn) whether this timestep joins it. A run whose window cannot take the
+        timestep's ε republishes (its state unchanged)."""
+        t, ledger = ctx.timestep, ctx.ledger
+        e_p, e_g = ledger.amount(self.epsilon_p), ledger.amount(self.epsilon_g)
+        new = state.size == 0
+        if self.max_group is not None:
+            new = new | (state.size >= self.max_group)
+        ok_new = new & ledger.can_spend(t, e_p)  # a new group: nothing to test
+        tested = ~new & ledger.can_spend(t, e_g + e_p)
+        state.joined[ok_new] = False
+        rows = np.flatnonzero(tested)
+        if rows.size:
+            assert ctx.counts is not None and ctx.noise is not None and ctx.mechanism is not None
+            ledger.spend(t, rows, e_g, "test")
+            noisy = self.deviations(ctx.counts, state, rows) + ctx.noise.laplace(rows, self.test_scale, None)
+            bins = int(ctx.counts.size)
+            theta = self.threshold(state.size[rows], bins, ctx.mechanism.expected_abs_error(self.epsilon_p, bins))
+            state.joined[rows] = noisy <= theta
+        fresh_rows = np.flatnonzero(ok_new | tested)
+        reason = "joined group" if fresh_rows.size and state.joined[fresh_rows[0]] else "new group"
+        return RunsDecision(fresh_rows, amounts_for(e_p, fresh_rows), reason), state
+
+    def after_runs(self, state: PegasusRuns, ctx: RunsContext, rows: np.ndarray,
+                   noisy: np.ndarray) -> tuple[np.ndarray, PegasusRuns]:
+        """The Smoother for the fresh runs ``rows`` (post-processing: no data, no draws)."""
+        return self._smooth_runs(state, rows, noisy), state
+
+    def _smooth_runs(self, state: PegasusRuns, rows: np.ndarray, noisy: np.ndarray) -> np.ndarray:
+        """Add each fresh run's perturbed histogram to its group (or open a new one) and return what
+        it publishes: its own release for a group of one, else the group's mean."""
+        joined = state.joined[rows]
+        size = np.where(joined, state.size[rows] + 1, 1)
+        total = state.total
+        if total is None:
+            total = np.zeros((state.size.size, noisy.shape[1]), dtype=noisy.dtype)
+        both_int = total.dtype.kind in "iu" and noisy.dtype.kind in "iu"
+        kind = np.dtype(np.int64) if both_int else np.dtype(np.float64)
+        # a joined group sums in int64 while both are integers, else in float64; a new group's sum is
+        # its release as it is (so the one run's journaled dtype is the release's, as it always was)
+        new_kind = kind if joined.any() else noisy.dtype
+        if rows.size < state.size.size:  # other runs keep their sums: never narrow the array
+            new_kind = np.result_type(new_kind, total.dtype)
+        if total.dtype != new_kind or not total.flags.writeable:
+            total = total.astype(new_kind)
+        summed = np.where(joined[:, None], total[rows].astype(kind) + noisy.astype(kind), noisy).astype(new_kind)
+        total[rows] = summed
+        state.total = total
+        state.size[rows] = size
+        state.joined[rows] = False
+        return np.where((size == 1)[:, None], noisy, _group_means(summed, size))
 
     def smooth(self, state: PegasusState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, PegasusState]:
-        """The Smoother: publish the mean of the group's perturbed histograms (post-processing)."""
-        perturbed = np.asarray(noisy.counts)
-        if state.joined and state.total is not None:
-            kind = np.int64 if perturbed.dtype.kind in "iu" and state.total.dtype.kind in "iu" else np.float64
-            new = PegasusState(state.size + 1, state.total.astype(kind) + perturbed.astype(kind), False)
-        else:
-            new = PegasusState(1, perturbed.copy(), False)
-        new.total.setflags(write=False)  # type: ignore[union-attr]
+        """The Smoother for the service's one run (:meth:`after_runs` with R = 1)."""
+        runs = self.to_runs(state)
+        out = self._smooth_runs(runs, ONE_RUN, np.asarray(noisy.counts)[None, :])[0]
+        new = self.from_runs(runs)
         if new.size == 1:
             return noisy, new
-        out = self._mean(new)
         out.setflags(write=False)
         # a group mean is biased by change inside the group: no interval is claimed (published as null)
         width = np.broadcast_to(np.float64(np.inf), out.shape)

@@ -609,52 +609,6 @@ class _Kellaris(_Kernel):
         return fresh_rows, eps
 
 
-class _Pegasus(_Kernel):
-    """PeGaSus (:class:`controller.policies.wevent.PegasusPolicy`): perturb, group, smooth."""
-
-
-    def __init__(self, policy: PegasusPolicy, run: _Run) -> None:
-        super().__init__(policy, run)
-        R = run.R
-        self.size = np.zeros(R, dtype=np.int64)
-        self.total = np.zeros((R, run.U), dtype=np.int64)
-        self.joined = np.zeros(R, dtype=bool)
-        self.e_p = run.units(policy.epsilon_p)
-        self.e_g = run.units(policy.epsilon_g)
-        self.err = run.mech.expected_abs_error(policy.epsilon_p, run.U)
-        self.test_scale = policy.test_scale
-        self.test_term = 2 * float(policy.test_scale)
-
-    def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        p, run = self.p, self.run
-        ledger = run.ledger
-        new = (self.size == 0) | ((self.size >= p.max_group) if p.max_group is not None else False)
-        ok_new = new & ledger.can_spend(t, self.e_p)
-        test = ~new & ledger.can_spend(t, self.e_g + self.e_p)
-        rows = test.nonzero()[0]
-        self.joined[:] = False
-        if rows.size:
-            ledger.spend(t, rows, self.e_g, "test")
-            size = self.size[rows]
-            m = (2 * self.total[rows] + size[:, None]) // (2 * size[:, None])
-            dev = np.abs(run.truth[t] - m).sum(axis=1)
-            noisy = dev + run.noise.laplace(rows, self.test_scale, None)
-            spread = self.err / np.sqrt(size.astype(np.float64))
-            theta = run.U * spread + 2 * math.sqrt(run.U) * spread + self.test_term
-            self.joined[rows] = noisy <= theta
-        fresh_rows = (ok_new | test).nonzero()[0]
-        return fresh_rows, run.same(self.e_p, fresh_rows.size)
-
-    def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
-        joined = self.joined[rows]
-        size = np.where(joined, self.size[rows] + 1, 1)
-        total = np.where(joined[:, None], self.total[rows] + noisy, noisy)
-        self.size[rows] = size
-        self.total[rows] = total
-        mean = (2 * total + size[:, None]) // (2 * size[:, None])
-        return np.where((size == 1)[:, None], noisy, mean)
-
-
 class _Fast(_Kernel):
     """FAST_w (:class:`controller.policies.wevent.FastPolicy`): scheduled samples, Kalman filter, PID."""
 
@@ -724,7 +678,7 @@ _KERNELS: dict[type, type[_Kernel]] = {
     WEventSamplingPolicy: _Sampling,
     BudgetDistribution: _Kellaris,
     BudgetAbsorption: _Kellaris,
-    PegasusPolicy: _Pegasus,
+    PegasusPolicy: _PolicyKernel,
     FastPolicy: _Fast,
 }
 

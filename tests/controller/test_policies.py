@@ -20,7 +20,7 @@ from controller.policies.base import RunsContext, RunsPolicy
 from controller.policies.sampling import DistanceSamplingPolicy, WEventSamplingPolicy
 from controller.units import UserLevel, WEvent
 from histogram.lpa import LaplaceMechanism
-from histogram.noise import Randomness
+from histogram.noise import DrawerNoise, Randomness
 from tests.engine_helpers import BINS, POPULATION, all_engines, stream
 
 CASES = [(u, m, e) for u in ("user-level", "w-event") for m, e in all_engines(u)]
@@ -353,15 +353,35 @@ def test_both_sampling_policies_check_their_parameters_alike(policy, unit, wrong
 RUNS_CASES = [(u, m, e) for u, m, e in CASES if isinstance(e.policy, RunsPolicy)]
 
 
+class _RunDrawers:
+    """Run r's noise from the drawers the engine's run with seed r uses (:func:`run`), in the order
+    the policy asks: R runs of ``decide_runs`` then draw exactly what R engine runs draw."""
+
+    def __init__(self, runs: int) -> None:
+        self.runs = runs
+        self.drawers: list = []
+
+    def begin(self, t: int) -> None:
+        self.drawers = [Randomness.seeded(r).drawer("s", t) for r in range(self.runs)]
+
+    def laplace(self, rows, scale, size):  # type: ignore[no-untyped-def]
+        out = [DrawerNoise(self.drawers[r]).laplace(np.arange(1), scale, size)[0] for r in rows.tolist()]
+        return np.array(out, dtype=np.int64).reshape((len(out),) if size is None else (len(out), size))
+
+    def laplace_each(self, rows, num, den, size):  # type: ignore[no-untyped-def]
+        raise AssertionError("releases are drawn by the mechanism here")
+
+
 @pytest.mark.parametrize(("unit", "name", "engine"), RUNS_CASES, ids=[f"{u}-{m}" for u, m, _ in RUNS_CASES])
 def test_runs_axis_conformance(unit, name, engine):
-    """R runs of ``decide_runs`` decide and charge exactly as R single runs of the engine, on the
-    exact accountants and (w-event) on the unit ledger. The runs start from different ledgers (odd
-    runs carry an extra charge at timestep 0), so a decision that mixed up runs would show."""
-    policy, runs, timesteps = engine.policy, 4, 40
+    """R runs of ``decide_runs`` (and ``after_runs``) decide, charge and publish exactly as R single
+    runs of the engine, on the exact accountants and (w-event) on the unit ledger, with each run's
+    noise from that run's engine drawers. The runs start from different ledgers (odd runs carry an
+    extra charge at timestep 0), so a decision that mixed up runs would show."""
+    policy, mech, runs, timesteps = engine.policy, engine.mechanism, 4, 40
     counts = stream(timesteps, seed=2)
     extra = policy.charges()[0]
-    expected = []
+    expected, expected_counts = [], []
     for r in range(runs):
         acct = policy.new_accountant()
         if r % 2:
@@ -369,19 +389,39 @@ def test_runs_axis_conformance(unit, name, engine):
         state = replace(engine.initial_state(), accountant=acct)
         releases, _ = run(engine, counts, seed=r, state=state)
         expected.append([(x.timestep, x.epsilon_release) for x in releases if x.kind == "fresh"])
+        expected_counts.append(np.stack([x.counts for x in releases]))
     assert any(expected[0] != e for e in expected[1:]) or name == "uniform" and unit == "user-level"
     ledgers = [AccountantLedger([policy.new_accountant() for _ in range(runs)])]
     if unit == "w-event":
         ledgers.append(UnitLedger(policy.unit.epsilon, policy.unit.w, runs, timesteps, policy.charges()))
+    reset_runs = getattr(policy, "reset_runs", None)
+    after_runs = getattr(policy, "after_runs", None)
     for ledger in ledgers:
         odd = np.arange(1, runs, 2)
         ledger.spend(0, odd, ledger.amount(extra), "decision")
-        state, fresh_count = policy.reset(), np.zeros(runs, dtype=np.int64)
+        state = reset_runs(runs) if reset_runs is not None else policy.reset()
+        fresh_count = np.zeros(runs, dtype=np.int64)
+        last = np.zeros((runs, BINS), dtype=np.float64 if getattr(policy, "runs_publish_float", False) else np.int64)
+        has_last, noise = np.zeros(runs, dtype=bool), _RunDrawers(runs)
         got: list[list[tuple[int, Fraction]]] = [[] for _ in range(runs)]
+        published = np.zeros((runs, timesteps, BINS))
         for t in range(timesteps):
-            decision, state = policy.decide_runs(state, RunsContext(t, runs, ledger, fresh_count))
+            noise.begin(t)
+            ctx = RunsContext(t, runs, ledger, fresh_count, counts=counts[t], last=last, has_last=has_last,
+                              noise=noise, mechanism=mech)
+            decision, state = policy.decide_runs(state, ctx)
             ledger.spend(t, decision.rows, decision.amounts, "publication")
             fresh_count[decision.rows] += 1
-            for r, a in zip(decision.rows.tolist(), decision.amounts.tolist(), strict=True):
-                got[r].append((t, Fraction(a) * getattr(ledger, "unit", 1)))
+            epsilons = [Fraction(a) * getattr(ledger, "unit", 1) for a in decision.amounts.tolist()]
+            for r, eps in zip(decision.rows.tolist(), epsilons, strict=True):
+                got[r].append((t, eps))
+            if decision.rows.size:
+                noisy = np.stack([mech.release(counts[t], eps, noise.drawers[r]).counts
+                                  for r, eps in zip(decision.rows.tolist(), epsilons, strict=True)])
+                out = noisy if after_runs is None else after_runs(state, ctx, decision.rows, noisy)[0]
+                last[decision.rows] = out
+                has_last[decision.rows] = True
+            published[:, t] = last
         assert got == expected, type(ledger).__name__
+        for r in range(runs):
+            assert np.array_equal(published[r], expected_counts[r]), (type(ledger).__name__, r)
