@@ -39,14 +39,12 @@ import numpy as np
 from controller.accountant import Accountant, WindowAccountant
 from controller.errors import ConfigurationError, StateError
 from controller.policies.base import (
-    REPUBLISH,
     Decision,
     DecisionContext,
     RunsContext,
     RunsDecision,
     amounts_for,
     decide_one,
-    fresh,
 )
 from controller.policies.baselines import (
     NO_RUNS,
@@ -57,7 +55,7 @@ from controller.step import decode_array, encode_array
 from controller.units import WEvent
 from histogram.mechanism import NoisyHistogram
 
-__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "PegasusRuns", "group_deviation", "FastPolicy", "FastState", "FAST_MAX_EXPONENT"]
+__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "PegasusRuns", "group_deviation", "FastPolicy", "FastState", "FastRuns", "FAST_MAX_EXPONENT"]
 
 #: FAST_w's controller caps ``(control − ξ)/ξ`` here before ``exp`` (``exp(709.8)`` overflows a float).
 FAST_MAX_EXPONENT = 700.0
@@ -402,6 +400,33 @@ class FastState:
         return out
 
 
+@dataclass
+class FastRuns:
+    """The filters, controllers and schedules of R runs of FAST_w (the lab's many runs, or the
+    service's one): what :meth:`FastPolicy.decide_runs` reads and :meth:`FastPolicy.after_runs`
+    updates in place. All public (functions of released samples).
+
+    Attributes:
+        estimate: ``(R, U)`` float64 posteriors (what each run last published); None until the
+            first sample gives U. Rows without ``has_estimate`` are not read.
+        has_estimate: ``(R,)`` whether a run has a posterior yet.
+        variance: ``(R,)`` posterior variance P per run.
+        last_sample, interval, next_sample: ``(R,)`` int64, as in :class:`FastState`.
+        errors: ``(R, pid_window)`` each run's last PID errors, oldest first and right-aligned: the
+            unfilled slots on the left hold 0.0, which adds nothing to their left-to-right sum.
+        n_errors: ``(R,)`` how many of a run's slots hold errors.
+    """
+
+    estimate: np.ndarray | None
+    has_estimate: np.ndarray
+    variance: np.ndarray
+    last_sample: np.ndarray
+    interval: np.ndarray
+    next_sample: np.ndarray
+    errors: np.ndarray
+    n_errors: np.ndarray
+
+
 @dataclass(frozen=True)
 class FastPolicy:
     """FAST_w: PID-driven sampling at ε/C per sample, Kalman-filtered releases.
@@ -452,46 +477,121 @@ class FastPolicy:
     def reset(self) -> FastState:
         return FastState(interval=self.base_interval)
 
-    def decide(self, state: FastState, ctx: DecisionContext) -> tuple[Decision, FastState]:
-        t = ctx.timestep
-        if t < state.next_sample or not ctx.accountant.can_spend(t, self.per_sample):
-            return REPUBLISH, state  # publish the prediction (= the last posterior); reads no data
-        return fresh(self.per_sample, "scheduled sample"), state
+    def reset_runs(self, runs: int) -> FastRuns:
+        return FastRuns(None, np.zeros(runs, dtype=bool), np.zeros(runs), np.full(runs, -1, dtype=np.int64),
+                        np.full(runs, self.base_interval, dtype=np.int64), np.zeros(runs, dtype=np.int64),
+                        np.zeros((runs, self.pid_window)), np.zeros(runs, dtype=np.int64))
 
-    def _noise_variance(self, noisy: NoisyHistogram, bins: int) -> float:
-        """R: the variance of one count's sample noise (public: Δ, ε/C, the mechanism's error model)."""
+    def to_runs(self, state: FastState) -> FastRuns:
+        """The one run of ``state`` as :class:`FastRuns` (R = 1). Only the last ``pid_window``
+        errors can ever be read again, so only they are kept."""
+        kept = state.errors[len(state.errors) - min(len(state.errors), self.pid_window):]
+        errors = np.zeros((1, self.pid_window))
+        if kept:
+            errors[0, self.pid_window - len(kept):] = kept
+        estimate = None if state.estimate is None else np.asarray(state.estimate, dtype=np.float64)[None, :]
+        return FastRuns(estimate, np.array([state.estimate is not None]), np.array([state.variance]),
+                        np.array([state.last_sample], dtype=np.int64), np.array([state.interval], dtype=np.int64),
+                        np.array([state.next_sample], dtype=np.int64), errors,
+                        np.array([len(kept)], dtype=np.int64))
+
+    def from_runs(self, runs: FastRuns) -> FastState:
+        """Inverse of :meth:`to_runs` (the journaled form, byte for byte as before)."""
+        estimate = None
+        if runs.estimate is not None and runs.has_estimate[0]:
+            estimate = runs.estimate[0]
+            estimate.setflags(write=False)
+        n = int(runs.n_errors[0])
+        errors = tuple(float(e) for e in runs.errors[0, self.pid_window - n:].tolist()) if n else ()
+        return FastState(estimate, float(runs.variance[0]), int(runs.last_sample[0]), int(runs.interval[0]),
+                         int(runs.next_sample[0]), errors)
+
+    def decide(self, state: FastState, ctx: DecisionContext) -> tuple[Decision, FastState]:
+        decision, _ = decide_one(self, self.to_runs(state), ctx)
+        return decision, state  # deciding changes no state (the filter runs after the sample)
+
+    def decide_runs(self, state: FastRuns, ctx: RunsContext) -> tuple[RunsDecision, FastRuns]:
+        """A run samples at ε/C when its schedule says so and its window can take it; otherwise it
+        publishes the prediction (= its last posterior). Reads no data."""
+        amount = ctx.ledger.amount(self.per_sample)
+        rows = np.flatnonzero((ctx.timestep >= state.next_sample) & ctx.ledger.can_spend(ctx.timestep, amount))
+        return RunsDecision(rows, amounts_for(amount, rows), "scheduled sample"), state
+
+    @property
+    def noise_variance(self) -> float:
+        """R: the variance of one count's sample noise (public: Δ and ε/C), ``2·(Δ·C/ε)²``."""
         b = float(Fraction(self.sensitivity) / self.per_sample)
         return 2.0 * b * b
 
-    def smooth(self, state: FastState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, FastState]:
-        """Kalman correction of the sample, then the PID update of the interval (post-processing)."""
-        z = np.asarray(noisy.counts, dtype=np.float64)
-        r = self._noise_variance(noisy, z.size)
+    #: the published releases are the filter's float posteriors
+    runs_publish_float = True
+
+    def after_runs(self, state: FastRuns, ctx: RunsContext, rows: np.ndarray,
+                   noisy: np.ndarray) -> tuple[np.ndarray, FastRuns]:
+        """The filter and the controller for the sampled runs ``rows`` (post-processing)."""
+        return self._filter_runs(state, ctx.timestep, rows, noisy), state
+
+    def _filter_runs(self, state: FastRuns, t: int, rows: np.ndarray, noisy: np.ndarray) -> np.ndarray:
+        """Kalman correction of each sampled run's release against its prior, then the PID update of
+        its sampling interval; returns the posteriors ``(len(rows), U)`` (what the runs publish).
+
+        The IEEE operations are the one-run rule's, in its order: the sum of the errors is the
+        left-to-right sum over the window (the zeros of unfilled slots add nothing), and ``exp`` is
+        ``math.exp`` per run."""
+        r = self.noise_variance
+        z = noisy.astype(np.float64)
         if state.estimate is None:
-            posterior, variance, error = z, r, 0.0
+            state.estimate = np.zeros((state.variance.size, z.shape[1]))
+        elif not state.estimate.flags.writeable:  # the one run's journaled posterior: never changed
+            state.estimate = state.estimate.copy()
+        first = ~state.has_estimate[rows]
+        prior = state.estimate[rows]
+        last = state.last_sample[rows]
+        p = state.variance[rows] + self.process_ratio * r * (t - last)
+        gain = p / (p + r)
+        posterior = np.where(first[:, None], z, prior + gain[:, None] * (z - prior))
+        variance = np.where(first, r, (1 - gain) * p)
+        # relative change beyond the sample noise's expected L1 (public), FAST's feedback error
+        floor = z.shape[1] * math.sqrt(r / 2.0)
+        change = np.maximum(0.0, np.abs(z - prior).sum(axis=1) - floor)
+        error = np.where(first, 0.0, change / np.maximum(np.abs(posterior).sum(axis=1), 1.0))
+        errs = np.concatenate((state.errors[rows, 1:], error[:, None]), axis=1)
+        n = np.minimum(state.n_errors[rows] + 1, self.pid_window)
+        total = 0 + errs[:, 0]
+        for j in range(1, errs.shape[1]):
+            total = total + errs[:, j]
+        moved = (n >= 2) & (last >= 0)
+        if self.pid_window >= 2:
+            derivative = np.where(moved, (errs[:, -1] - errs[:, -2]) / np.where(moved, t - last, 1), 0.0)
         else:
-            prior = np.asarray(state.estimate, dtype=np.float64)
-            p = state.variance + self.process_ratio * r * (timestep - state.last_sample)
-            gain = p / (p + r)
-            posterior = prior + gain * (z - prior)
-            variance = (1 - gain) * p
-            # relative change beyond the sample noise's expected L1 (public), FAST's feedback error
-            floor = z.size * math.sqrt(r / 2.0)
-            change = max(0.0, float(np.abs(z - prior).sum()) - floor)
-            error = change / max(float(np.abs(posterior).sum()), 1.0)
-        errors = (*state.errors, error)[-self.pid_window:]
-        derivative = 0.0 if len(errors) < 2 or state.last_sample < 0 else \
-            (errors[-1] - errors[-2]) / (timestep - state.last_sample)
-        control = self.cp * error + self.ci * sum(errors) / len(errors) + self.cd * derivative
+            derivative = np.zeros(rows.size)
+        control = self.cp * errs[:, -1] + self.ci * total / n + self.cd * derivative
         # the exponent is capped where exp would overflow (a large error): the step is then hugely
         # negative either way and the interval falls to 1, as it would without the cap
-        step = self.theta * (1.0 - math.exp(min((control - self.xi) / self.xi, FAST_MAX_EXPONENT)))
-        interval = max(1, int(state.interval + step))
-        posterior = np.array(posterior, dtype=np.float64)
-        posterior.setflags(write=False)
-        new = FastState(posterior, float(variance), timestep, interval, timestep + interval, errors)
+        exponent = np.minimum((control - self.xi) / self.xi, FAST_MAX_EXPONENT)
+        step = self.theta * (1.0 - np.array([math.exp(x) for x in exponent.tolist()], dtype=np.float64))
+        # max(1, int(i + step)): int() truncates, and below 1 the interval is 1 either way
+        interval = np.maximum(1.0, state.interval[rows] + step).astype(np.int64)
+        state.estimate[rows] = posterior
+        state.has_estimate[rows] = True
+        state.variance[rows] = variance
+        state.last_sample[rows] = t
+        state.interval[rows] = interval
+        state.next_sample[rows] = t + interval
+        state.errors[rows] = errs
+        state.n_errors[rows] = n
+        return posterior
+
+    def smooth(self, state: FastState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, FastState]:
+        """The filter and the controller for the service's one run (:meth:`after_runs` with R = 1)."""
+        runs = self.to_runs(state)
+        self._filter_runs(runs, timestep, ONE_RUN, np.asarray(noisy.counts)[None, :])
+        new = self.from_runs(runs)
+        posterior = new.estimate
+        assert posterior is not None
         width = np.broadcast_to(np.float64(np.inf), posterior.shape)  # a filtered estimate: no interval claimed
-        details = {"kalman_gain": round(1.0 - variance / r, 6) if state.estimate is not None else 1.0}
+        r = self.noise_variance
+        details = {"kalman_gain": round(1.0 - new.variance / r, 6) if state.estimate is not None else 1.0}
         return NoisyHistogram(posterior, noisy.epsilon, width, noisy.confidence, details), new
 
     def charges(self) -> tuple[Fraction, ...]:

@@ -18,6 +18,8 @@ from controller.method import MethodSpec, build_engine
 from controller.pid import PIDController, PIDGains
 from controller.policies.base import RunsContext, RunsPolicy
 from controller.policies.sampling import DistanceSamplingPolicy, WEventSamplingPolicy
+from controller.policies.wevent import FastPolicy, PegasusPolicy
+from controller.step import Engine
 from controller.units import UserLevel, WEvent
 from histogram.lpa import LaplaceMechanism
 from histogram.noise import DrawerNoise, Randomness
@@ -378,7 +380,29 @@ def test_runs_axis_conformance(unit, name, engine):
     runs of the engine, on the exact accountants and (w-event) on the unit ledger, with each run's
     noise from that run's engine drawers. The runs start from different ledgers (odd runs carry an
     extra charge at timestep 0), so a decision that mixed up runs would show."""
-    policy, mech, runs, timesteps = engine.policy, engine.mechanism, 4, 40
+    _check_runs_axis(unit, name, engine, 40)
+
+
+def _w_event_engine(policy):  # type: ignore[no-untyped-def]
+    return Engine(policy, LaplaceMechanism(), BINS)
+
+
+RUNS_EXTRA = {  # parameters under which the runs' own state steers them apart (schedules, groups)
+    "fast-pid": _w_event_engine(FastPolicy(WEvent(Fraction(1, 2), 20, 10), cd=0.3)),
+    "fast-pid-window-1": _w_event_engine(FastPolicy(WEvent(Fraction(1, 2), 20, 10), pid_window=1, cd=0.5)),
+    "pegasus-max-group": _w_event_engine(PegasusPolicy(WEvent(1, 8, 2), max_group=3)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RUNS_EXTRA))
+def test_runs_axis_conformance_of_stateful_policies(case):
+    """As above, where each run's state (FAST_w's PID interval, PeGaSus's capped groups) changes
+    its schedule, so the runs sample at different timesteps."""
+    _check_runs_axis("w-event", case, RUNS_EXTRA[case], 60)
+
+
+def _check_runs_axis(unit, name, engine, timesteps):  # type: ignore[no-untyped-def]
+    policy, mech, runs = engine.policy, engine.mechanism, 4
     counts = stream(timesteps, seed=2)
     extra = policy.charges()[0]
     expected, expected_counts = [], []
