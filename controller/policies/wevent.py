@@ -30,8 +30,9 @@ window of ``w`` past ε.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -145,11 +146,14 @@ class PegasusRuns:
             are not read.
         joined: ``(R,)`` bool, whether this timestep's fresh release joins the open group (set by
             the decision of a fresh run, read by the smoother; other rows keep theirs).
+        error_memo: (mechanism, bins, its expected absolute error per bin at ε_p): public, kept so
+            the lab's timesteps do not recompute it in exact arithmetic.
     """
 
     size: np.ndarray
     total: np.ndarray | None
     joined: np.ndarray
+    error_memo: tuple[Any, int, float] | None = field(default=None, compare=False)
 
 
 ONE_RUN = np.zeros(1, dtype=np.int64)
@@ -213,17 +217,17 @@ class PegasusPolicy:
         ):
             raise ConfigurationError(f"PeGaSus max_group must be a whole number >= 1, got {self.max_group!r}")
 
-    @property
+    @cached_property
     def epsilon_p(self) -> Fraction:
         """ε of each timestep's perturbation (a fresh release)."""
         return self.unit.epsilon / self.unit.w * self.perturb_share
 
-    @property
+    @cached_property
     def epsilon_g(self) -> Fraction:
         """ε of each timestep's deviation test."""
         return self.unit.epsilon / self.unit.w - self.epsilon_p
 
-    @property
+    @cached_property
     def test_scale(self) -> Fraction:
         """Discrete Laplace scale of the deviation test: Δ/ε_g."""
         return Fraction(self.sensitivity) / self.epsilon_g
@@ -290,15 +294,18 @@ class PegasusPolicy:
         ok_new = new & ledger.can_spend(t, e_p)  # a new group: nothing to test
         tested = ~new & ledger.can_spend(t, e_g + e_p)
         state.joined[ok_new] = False
-        rows = np.flatnonzero(tested)
+        rows = tested.nonzero()[0]
         if rows.size:
             assert ctx.counts is not None and ctx.noise is not None and ctx.mechanism is not None
             ledger.spend(t, rows, e_g, "test")
             noisy = self.deviations(ctx.counts, state, rows) + ctx.noise.laplace(rows, self.test_scale, None)
             bins = int(ctx.counts.size)
-            theta = self.threshold(state.size[rows], bins, ctx.mechanism.expected_abs_error(self.epsilon_p, bins))
+            memo = state.error_memo
+            if memo is None or memo[0] is not ctx.mechanism or memo[1] != bins:
+                memo = state.error_memo = (ctx.mechanism, bins, ctx.mechanism.expected_abs_error(self.epsilon_p, bins))
+            theta = self.threshold(state.size[rows], bins, memo[2])
             state.joined[rows] = noisy <= theta
-        fresh_rows = np.flatnonzero(ok_new | tested)
+        fresh_rows = (ok_new | tested).nonzero()[0]
         reason = "joined group" if fresh_rows.size and state.joined[fresh_rows[0]] else "new group"
         return RunsDecision(fresh_rows, amounts_for(e_p, fresh_rows), reason), state
 
@@ -324,7 +331,8 @@ class PegasusPolicy:
             new_kind = np.result_type(new_kind, total.dtype)
         if total.dtype != new_kind or not total.flags.writeable:
             total = total.astype(new_kind)
-        summed = np.where(joined[:, None], total[rows].astype(kind) + noisy.astype(kind), noisy).astype(new_kind)
+        summed = np.where(joined[:, None], total[rows].astype(kind, copy=False) + noisy.astype(kind, copy=False),
+                          noisy).astype(new_kind, copy=False)
         total[rows] = summed
         state.total = total
         state.size[rows] = size
@@ -461,7 +469,7 @@ class FastPolicy:
         if self.xi <= 0 or self.process_ratio <= 0 or self.pid_window < 1:
             raise ConfigurationError("FAST_w needs xi > 0, process_ratio > 0 and pid_window >= 1")
 
-    @property
+    @cached_property
     def per_sample(self) -> Fraction:
         """ε of each sample: the window budget over M = C samples."""
         return self.unit.epsilon / self.unit.cutoff
@@ -513,11 +521,13 @@ class FastPolicy:
     def decide_runs(self, state: FastRuns, ctx: RunsContext) -> tuple[RunsDecision, FastRuns]:
         """A run samples at ε/C when its schedule says so and its window can take it; otherwise it
         publishes the prediction (= its last posterior). Reads no data."""
+        if ctx.timestep < state.next_sample.min():  # no run is due (most timesteps): nothing to ask
+            return RunsDecision(NO_RUNS, NO_RUNS, "scheduled sample"), state
         amount = ctx.ledger.amount(self.per_sample)
-        rows = np.flatnonzero((ctx.timestep >= state.next_sample) & ctx.ledger.can_spend(ctx.timestep, amount))
+        rows = ((ctx.timestep >= state.next_sample) & ctx.ledger.can_spend(ctx.timestep, amount)).nonzero()[0]
         return RunsDecision(rows, amounts_for(amount, rows), "scheduled sample"), state
 
-    @property
+    @cached_property
     def noise_variance(self) -> float:
         """R: the variance of one count's sample noise (public: Δ and ε/C), ``2·(Δ·C/ε)²``."""
         b = float(Fraction(self.sensitivity) / self.per_sample)

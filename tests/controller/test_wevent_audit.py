@@ -307,7 +307,7 @@ class _PegasusTrueGroup(PegasusPolicy):
 
     def to_runs(self, state):  # type: ignore[no-untyped-def]
         runs = super().to_runs(state)
-        return _TrueRuns(runs.size, runs.total, runs.joined, getattr(state, "true_total", None))
+        return _TrueRuns(runs.size, runs.total, runs.joined, true_total=getattr(state, "true_total", None))
 
     def deviations(self, counts, state, rows):  # type: ignore[no-untyped-def]
         tt = getattr(state, "true_total", None)
