@@ -326,18 +326,34 @@ class PegasusPolicy:
         kind = np.dtype(np.int64) if both_int else np.dtype(np.float64)
         # a joined group sums in int64 while both are integers, else in float64; a new group's sum is
         # its release as it is (so the one run's journaled dtype is the release's, as it always was)
-        new_kind = kind if joined.any() else noisy.dtype
-        if rows.size < state.size.size:  # other runs keep their sums: never narrow the array
+        any_joined = bool(joined.any())
+        new_kind = kind if any_joined else noisy.dtype
+        everyone = rows.size == state.size.size  # rows are distinct and ascending: rows = 0..R-1
+        if not everyone:  # other runs keep their sums: never narrow the array
             new_kind = np.result_type(new_kind, total.dtype)
-        if total.dtype != new_kind or not total.flags.writeable:
-            total = total.astype(new_kind)
-        summed = np.where(joined[:, None], total[rows].astype(kind, copy=False) + noisy.astype(kind, copy=False),
-                          noisy).astype(new_kind, copy=False)
-        total[rows] = summed
-        state.total = total
+        if not any_joined:
+            summed = noisy.astype(new_kind, copy=False)
+            if summed is noisy and noisy.flags.writeable:  # the state shares no array the caller may write
+                summed = noisy.copy()
+        else:
+            summed = (total if everyone else total[rows]).astype(kind, copy=False) + noisy.astype(kind, copy=False)
+            if not joined.all():
+                summed = np.where(joined[:, None], summed, noisy)
+            summed = summed.astype(new_kind, copy=False)
+        if everyone:
+            state.total = summed
+        else:
+            if total.dtype != new_kind or not total.flags.writeable:
+                total = total.astype(new_kind)
+            total[rows] = summed
+            state.total = total
         state.size[rows] = size
         state.joined[rows] = False
-        return np.where((size == 1)[:, None], noisy, _group_means(summed, size))
+        ones = size == 1
+        if ones.all():
+            return noisy
+        means = _group_means(summed, size)
+        return means if not ones.any() else np.where(ones[:, None], noisy, means)
 
     def smooth(self, state: PegasusState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, PegasusState]:
         """The Smoother for the service's one run (:meth:`after_runs` with R = 1)."""
