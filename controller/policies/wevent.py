@@ -56,7 +56,8 @@ from controller.step import decode_array, encode_array
 from controller.units import WEvent
 from histogram.mechanism import NoisyHistogram
 
-__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "PegasusRuns", "group_deviation", "FastPolicy", "FastState", "FastRuns", "FAST_MAX_EXPONENT"]
+__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "PegasusRuns", "group_deviation", "FastPolicy", "FastState",
+           "FastRuns", "FAST_MAX_EXPONENT"]
 
 #: FAST_w's controller caps ``(control − ξ)/ξ`` here before ``exp`` (``exp(709.8)`` overflows a float).
 FAST_MAX_EXPONENT = 700.0
@@ -396,7 +397,6 @@ class FastState:
         interval: the sampling interval I (timesteps, >= 1).
         next_sample: the timestep at which the next sample is due.
         errors: the last ``window`` PID errors (newest last).
-        prior: this timestep's prior (set by ``decide`` for ``smooth``).
     """
 
     estimate: np.ndarray | None = None
@@ -454,6 +454,10 @@ class FastRuns:
 @dataclass(frozen=True)
 class FastPolicy:
     """FAST_w: PID-driven sampling at ε/C per sample, Kalman-filtered releases.
+
+    The rule is written once over a runs axis (:meth:`decide_runs`, :meth:`after_runs` on
+    :class:`FastRuns`); the service's :meth:`decide` and :meth:`smooth` run it with one run on the
+    journaled :class:`FastState` (:meth:`to_runs`, :meth:`from_runs`).
 
     Attributes:
         unit: the w-event unit; ``unit.cutoff`` is M, the most samples in any window of ``w``.
