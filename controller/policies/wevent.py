@@ -30,8 +30,9 @@ window of ``w`` past ε.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -39,13 +40,12 @@ import numpy as np
 from controller.accountant import Accountant, WindowAccountant
 from controller.errors import ConfigurationError, StateError
 from controller.policies.base import (
-    REPUBLISH,
     Decision,
     DecisionContext,
     RunsContext,
     RunsDecision,
+    amounts_for,
     decide_one,
-    fresh,
 )
 from controller.policies.baselines import (
     NO_RUNS,
@@ -56,7 +56,8 @@ from controller.step import decode_array, encode_array
 from controller.units import WEvent
 from histogram.mechanism import NoisyHistogram
 
-__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "FastPolicy", "FastState", "FAST_MAX_EXPONENT"]
+__all__ = ["SamplePolicy", "PegasusPolicy", "PegasusState", "PegasusRuns", "group_deviation", "FastPolicy", "FastState",
+           "FastRuns", "FAST_MAX_EXPONENT"]
 
 #: FAST_w's controller caps ``(control − ξ)/ξ`` here before ``exp`` (``exp(709.8)`` overflows a float).
 FAST_MAX_EXPONENT = 700.0
@@ -105,7 +106,8 @@ class SamplePolicy(_Stateless):
 
 @dataclass(frozen=True)
 class PegasusState:
-    """The open group: its size and the sum of its members' *perturbed* histograms.
+    """The open group: its size and the sum of its members' *perturbed* histograms (the service's
+    one run; journaled with :meth:`to_json`).
 
     Public given the releases' noise: both are functions of ε_p-DP perturbed
     values and of the ε_g-DP grouping decisions. ``joined`` records this
@@ -133,9 +135,62 @@ class PegasusState:
         return cls(size, total, joined)
 
 
+@dataclass
+class PegasusRuns:
+    """The open groups of R runs (the lab's many runs, or the service's one): what
+    :meth:`PegasusPolicy.decide_runs` and :meth:`PegasusPolicy.after_runs` read and update in place.
+
+    Attributes:
+        size: ``(R,)`` int64, each run's group size (0 before its first release).
+        total: ``(R, U)`` the sum of each group's perturbed histograms (int64 while every release is
+            an integer vector, else float64); None until the first release gives U. Rows of size 0
+            are not read.
+        joined: ``(R,)`` bool, whether this timestep's fresh release joins the open group (set by
+            the decision of a fresh run, read by the smoother; other rows keep theirs).
+        error_memo: (mechanism, bins, its expected absolute error per bin at ε_p): public, kept so
+            the lab's timesteps do not recompute it in exact arithmetic.
+    """
+
+    size: np.ndarray
+    total: np.ndarray | None
+    joined: np.ndarray
+    error_memo: tuple[Any, int, float] | None = field(default=None, compare=False)
+
+
+ONE_RUN = np.zeros(1, dtype=np.int64)
+ONE_RUN.setflags(write=False)
+
+
+def _group_means(total: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Each row's group mean ``total[i] / size[i]``: for integer sums the exactly rounded integer
+    ``floor(S/n + 1/2)``, else the float quotient (public: post-processing of releases)."""
+    n = size[:, None]
+    if total.dtype.kind in "iu":
+        return (2 * total + n) // (2 * n)
+    return total / n
+
+
+def group_deviation(counts: np.ndarray, total: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """The deviation test's query per row: ``⌊Σ_b |x_t[b] − m[b]|⌋`` with ``m`` the row's group
+    mean rounded to integers (int64, ``(len(size),)``).
+
+    ``m`` is public (post-processing of releases), so the query reads only this timestep's
+    histogram ``counts``; it is 1-Lipschitz in L1, an integer, and moves by at most Δ between
+    neighbours.
+    """
+    m = _group_means(total, size)
+    if m.dtype.kind not in "iu":
+        m = np.rint(m).astype(np.int64)
+    return np.abs(np.asarray(counts, dtype=np.int64) - m).sum(axis=1)
+
+
 @dataclass(frozen=True)
 class PegasusPolicy:
     """PeGaSus, window-split: perturb at ε_p, test at ε_g, smooth for free, every timestep.
+
+    The rule is written once over a runs axis (:meth:`decide_runs`, :meth:`after_runs` on
+    :class:`PegasusRuns`); the service's :meth:`decide` and :meth:`smooth` run it with one run on
+    the journaled :class:`PegasusState` (:meth:`to_runs`, :meth:`from_runs`).
 
     Attributes:
         unit: the w-event unit; each timestep spends ``ε/w``.
@@ -163,23 +218,24 @@ class PegasusPolicy:
         ):
             raise ConfigurationError(f"PeGaSus max_group must be a whole number >= 1, got {self.max_group!r}")
 
-    @property
+    @cached_property
     def epsilon_p(self) -> Fraction:
         """ε of each timestep's perturbation (a fresh release)."""
         return self.unit.epsilon / self.unit.w * self.perturb_share
 
-    @property
+    @cached_property
     def epsilon_g(self) -> Fraction:
         """ε of each timestep's deviation test."""
         return self.unit.epsilon / self.unit.w - self.epsilon_p
 
-    @property
+    @cached_property
     def test_scale(self) -> Fraction:
         """Discrete Laplace scale of the deviation test: Δ/ε_g."""
         return Fraction(self.sensitivity) / self.epsilon_g
 
-    def threshold(self, size: int, bins: int, error_per_bin: float) -> float:
-        """Public threshold θ for a group of ``size`` perturbed histograms.
+    def threshold(self, size: int | np.ndarray, bins: int, error_per_bin: float) -> Any:
+        """Public threshold θ for a group of ``size`` perturbed histograms (one θ per entry of an
+        array of sizes).
 
         The L1 distance between a constant stream and the mean of ``size``
         perturbed copies of it is about ``U·e/√size`` (``e`` the perturber's
@@ -187,7 +243,7 @@ class PegasusPolicy:
         sum (``2·√U·e/√size``) and two test-noise scales, so a group closes on
         change rather than on noise. A function of public parameters only.
         """
-        spread = error_per_bin / math.sqrt(size)
+        spread = error_per_bin / np.sqrt(np.asarray(size, dtype=np.float64))
         return bins * spread + 2 * math.sqrt(bins) * spread + 2 * float(self.test_scale)
 
     def new_accountant(self) -> Accountant:
@@ -196,50 +252,117 @@ class PegasusPolicy:
     def reset(self) -> PegasusState:
         return PegasusState()
 
-    @staticmethod
-    def _mean(state: PegasusState) -> np.ndarray:
-        assert state.total is not None
-        if state.total.dtype.kind in "iu":  # exact rounding of an integer mean: floor(S/n + 1/2)
-            return (2 * state.total + state.size) // (2 * state.size)
-        return state.total / state.size
+    def reset_runs(self, runs: int) -> PegasusRuns:
+        return PegasusRuns(np.zeros(runs, dtype=np.int64), None, np.zeros(runs, dtype=bool))
+
+    def to_runs(self, state: PegasusState) -> PegasusRuns:
+        """The one run of ``state`` as :class:`PegasusRuns` (R = 1; the total is read, not copied)."""
+        total = None if state.total is None else np.asarray(state.total)[None, :]
+        return PegasusRuns(np.array([state.size], dtype=np.int64), total, np.array([state.joined]))
+
+    def from_runs(self, runs: PegasusRuns) -> PegasusState:
+        """Inverse of :meth:`to_runs` (the journaled form, byte for byte as before)."""
+        size = int(runs.size[0])
+        total = None
+        if size and runs.total is not None:
+            total = runs.total[0]
+            total.setflags(write=False)
+        return PegasusState(size, total, bool(runs.joined[0]))
 
     def deviation(self, counts: np.ndarray, state: PegasusState) -> int:
-        """The test's query: ``⌊Σ_b |x_t[b] − m[b]|⌋`` with ``m`` the group's rounded perturbed mean.
+        """The test's query for the one run of ``state`` (:func:`group_deviation`)."""
+        assert state.total is not None
+        return int(group_deviation(counts, np.asarray(state.total)[None, :], np.array([state.size]))[0])
 
-        ``m`` is public (post-processing of releases), so the query reads only
-        this timestep's histogram; it is 1-Lipschitz in L1, an integer, and
-        moves by at most Δ between neighbours.
-        """
-        m = np.rint(self._mean(state)).astype(np.int64)
-        return int(np.abs(counts.astype(np.int64) - m).sum())
+    def deviations(self, counts: np.ndarray, state: PegasusRuns, rows: np.ndarray) -> np.ndarray:
+        """The test's query for the runs ``rows`` (all with an open group)."""
+        assert state.total is not None
+        return group_deviation(counts, state.total[rows], state.size[rows])
 
     def decide(self, state: PegasusState, ctx: DecisionContext) -> tuple[Decision, PegasusState]:
-        t = ctx.timestep
-        if state.size == 0 or (self.max_group is not None and state.size >= self.max_group):
-            need = self.epsilon_p  # a new group: nothing to test
-            if not ctx.accountant.can_spend(t, need):
-                return REPUBLISH, state
-            return fresh(self.epsilon_p, "new group"), replace(state, joined=False)
-        if not ctx.accountant.can_spend(t, self.epsilon_g + self.epsilon_p):
-            return REPUBLISH, state
-        ctx.accountant.spend(t, self.epsilon_g, "test")
-        noisy = self.deviation(ctx.counts, state) + int(ctx.noise.discrete_laplace(self.test_scale))
-        theta = self.threshold(state.size, ctx.bins, ctx.mechanism.expected_abs_error(self.epsilon_p, ctx.bins))
-        joined = noisy <= theta
-        return fresh(self.epsilon_p, "joined group" if joined else "new group"), replace(state, joined=joined)
+        decision, runs = decide_one(self, self.to_runs(state), ctx)
+        return decision, self.from_runs(runs)
+
+    def decide_runs(self, state: PegasusRuns, ctx: RunsContext) -> tuple[RunsDecision, PegasusRuns]:
+        """Every run perturbs at ε_p; a run with an open group first tests (charged ε_g, before its
+        noise is drawn) whether this timestep joins it. A run whose window cannot take the
+        timestep's ε republishes (its state unchanged)."""
+        t, ledger = ctx.timestep, ctx.ledger
+        e_p, e_g = ledger.amount(self.epsilon_p), ledger.amount(self.epsilon_g)
+        new = state.size == 0
+        if self.max_group is not None:
+            new = new | (state.size >= self.max_group)
+        ok_new = new & ledger.can_spend(t, e_p)  # a new group: nothing to test
+        tested = ~new & ledger.can_spend(t, e_g + e_p)
+        state.joined[ok_new] = False
+        rows = tested.nonzero()[0]
+        if rows.size:
+            assert ctx.counts is not None and ctx.noise is not None and ctx.mechanism is not None
+            ledger.spend(t, rows, e_g, "test")
+            noisy = self.deviations(ctx.counts, state, rows) + ctx.noise.laplace(rows, self.test_scale, None)
+            bins = int(ctx.counts.size)
+            memo = state.error_memo
+            if memo is None or memo[0] is not ctx.mechanism or memo[1] != bins:
+                memo = state.error_memo = (ctx.mechanism, bins, ctx.mechanism.expected_abs_error(self.epsilon_p, bins))
+            theta = self.threshold(state.size[rows], bins, memo[2])
+            state.joined[rows] = noisy <= theta
+        fresh_rows = (ok_new | tested).nonzero()[0]
+        reason = "joined group" if fresh_rows.size and state.joined[fresh_rows[0]] else "new group"
+        return RunsDecision(fresh_rows, amounts_for(e_p, fresh_rows), reason), state
+
+    def after_runs(self, state: PegasusRuns, ctx: RunsContext, rows: np.ndarray,
+                   noisy: np.ndarray) -> tuple[np.ndarray, PegasusRuns]:
+        """The Smoother for the fresh runs ``rows`` (post-processing: no data, no draws)."""
+        return self._smooth_runs(state, rows, noisy), state
+
+    def _smooth_runs(self, state: PegasusRuns, rows: np.ndarray, noisy: np.ndarray) -> np.ndarray:
+        """Add each fresh run's perturbed histogram to its group (or open a new one) and return what
+        it publishes: its own release for a group of one, else the group's mean."""
+        joined = state.joined[rows]
+        size = np.where(joined, state.size[rows] + 1, 1)
+        total = state.total
+        if total is None:
+            total = np.zeros((state.size.size, noisy.shape[1]), dtype=noisy.dtype)
+        both_int = total.dtype.kind in "iu" and noisy.dtype.kind in "iu"
+        kind = np.dtype(np.int64) if both_int else np.dtype(np.float64)
+        # a joined group sums in int64 while both are integers, else in float64; a new group's sum is
+        # its release as it is (so the one run's journaled dtype is the release's, as it always was)
+        any_joined = bool(joined.any())
+        new_kind = kind if any_joined else noisy.dtype
+        everyone = rows.size == state.size.size  # rows are distinct and ascending: rows = 0..R-1
+        if not everyone:  # other runs keep their sums: never narrow the array
+            new_kind = np.result_type(new_kind, total.dtype)
+        if not any_joined:
+            summed = noisy.astype(new_kind, copy=False)
+            if summed is noisy and noisy.flags.writeable:  # the state shares no array the caller may write
+                summed = noisy.copy()
+        else:
+            summed = (total if everyone else total[rows]).astype(kind, copy=False) + noisy.astype(kind, copy=False)
+            if not joined.all():
+                summed = np.where(joined[:, None], summed, noisy)
+            summed = summed.astype(new_kind, copy=False)
+        if everyone:
+            state.total = summed
+        else:
+            if total.dtype != new_kind or not total.flags.writeable:
+                total = total.astype(new_kind)
+            total[rows] = summed
+            state.total = total
+        state.size[rows] = size
+        state.joined[rows] = False
+        ones = size == 1
+        if ones.all():
+            return noisy
+        means = _group_means(summed, size)
+        return means if not ones.any() else np.where(ones[:, None], noisy, means)
 
     def smooth(self, state: PegasusState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, PegasusState]:
-        """The Smoother: publish the mean of the group's perturbed histograms (post-processing)."""
-        perturbed = np.asarray(noisy.counts)
-        if state.joined and state.total is not None:
-            kind = np.int64 if perturbed.dtype.kind in "iu" and state.total.dtype.kind in "iu" else np.float64
-            new = PegasusState(state.size + 1, state.total.astype(kind) + perturbed.astype(kind), False)
-        else:
-            new = PegasusState(1, perturbed.copy(), False)
-        new.total.setflags(write=False)  # type: ignore[union-attr]
+        """The Smoother for the service's one run (:meth:`after_runs` with R = 1)."""
+        runs = self.to_runs(state)
+        out = self._smooth_runs(runs, ONE_RUN, np.asarray(noisy.counts)[None, :])[0]
+        new = self.from_runs(runs)
         if new.size == 1:
             return noisy, new
-        out = self._mean(new)
         out.setflags(write=False)
         # a group mean is biased by change inside the group: no interval is claimed (published as null)
         width = np.broadcast_to(np.float64(np.inf), out.shape)
@@ -274,7 +397,6 @@ class FastState:
         interval: the sampling interval I (timesteps, >= 1).
         next_sample: the timestep at which the next sample is due.
         errors: the last ``window`` PID errors (newest last).
-        prior: this timestep's prior (set by ``decide`` for ``smooth``).
     """
 
     estimate: np.ndarray | None = None
@@ -302,9 +424,40 @@ class FastState:
         return out
 
 
+@dataclass
+class FastRuns:
+    """The filters, controllers and schedules of R runs of FAST_w (the lab's many runs, or the
+    service's one): what :meth:`FastPolicy.decide_runs` reads and :meth:`FastPolicy.after_runs`
+    updates in place. All public (functions of released samples).
+
+    Attributes:
+        estimate: ``(R, U)`` float64 posteriors (what each run last published); None until the
+            first sample gives U. Rows without ``has_estimate`` are not read.
+        has_estimate: ``(R,)`` whether a run has a posterior yet.
+        variance: ``(R,)`` posterior variance P per run.
+        last_sample, interval, next_sample: ``(R,)`` int64, as in :class:`FastState`.
+        errors: ``(R, pid_window)`` each run's last PID errors, oldest first and right-aligned: the
+            unfilled slots on the left hold 0.0, which adds nothing to their left-to-right sum.
+        n_errors: ``(R,)`` how many of a run's slots hold errors.
+    """
+
+    estimate: np.ndarray | None
+    has_estimate: np.ndarray
+    variance: np.ndarray
+    last_sample: np.ndarray
+    interval: np.ndarray
+    next_sample: np.ndarray
+    errors: np.ndarray
+    n_errors: np.ndarray
+
+
 @dataclass(frozen=True)
 class FastPolicy:
     """FAST_w: PID-driven sampling at ε/C per sample, Kalman-filtered releases.
+
+    The rule is written once over a runs axis (:meth:`decide_runs`, :meth:`after_runs` on
+    :class:`FastRuns`); the service's :meth:`decide` and :meth:`smooth` run it with one run on the
+    journaled :class:`FastState` (:meth:`to_runs`, :meth:`from_runs`).
 
     Attributes:
         unit: the w-event unit; ``unit.cutoff`` is M, the most samples in any window of ``w``.
@@ -336,7 +489,7 @@ class FastPolicy:
         if self.xi <= 0 or self.process_ratio <= 0 or self.pid_window < 1:
             raise ConfigurationError("FAST_w needs xi > 0, process_ratio > 0 and pid_window >= 1")
 
-    @property
+    @cached_property
     def per_sample(self) -> Fraction:
         """ε of each sample: the window budget over M = C samples."""
         return self.unit.epsilon / self.unit.cutoff
@@ -352,46 +505,123 @@ class FastPolicy:
     def reset(self) -> FastState:
         return FastState(interval=self.base_interval)
 
-    def decide(self, state: FastState, ctx: DecisionContext) -> tuple[Decision, FastState]:
-        t = ctx.timestep
-        if t < state.next_sample or not ctx.accountant.can_spend(t, self.per_sample):
-            return REPUBLISH, state  # publish the prediction (= the last posterior); reads no data
-        return fresh(self.per_sample, "scheduled sample"), state
+    def reset_runs(self, runs: int) -> FastRuns:
+        return FastRuns(None, np.zeros(runs, dtype=bool), np.zeros(runs), np.full(runs, -1, dtype=np.int64),
+                        np.full(runs, self.base_interval, dtype=np.int64), np.zeros(runs, dtype=np.int64),
+                        np.zeros((runs, self.pid_window)), np.zeros(runs, dtype=np.int64))
 
-    def _noise_variance(self, noisy: NoisyHistogram, bins: int) -> float:
-        """R: the variance of one count's sample noise (public: Δ, ε/C, the mechanism's error model)."""
+    def to_runs(self, state: FastState) -> FastRuns:
+        """The one run of ``state`` as :class:`FastRuns` (R = 1). Only the last ``pid_window``
+        errors can ever be read again, so only they are kept."""
+        kept = state.errors[len(state.errors) - min(len(state.errors), self.pid_window):]
+        errors = np.zeros((1, self.pid_window))
+        if kept:
+            errors[0, self.pid_window - len(kept):] = kept
+        estimate = None if state.estimate is None else np.asarray(state.estimate, dtype=np.float64)[None, :]
+        return FastRuns(estimate, np.array([state.estimate is not None]), np.array([state.variance]),
+                        np.array([state.last_sample], dtype=np.int64), np.array([state.interval], dtype=np.int64),
+                        np.array([state.next_sample], dtype=np.int64), errors,
+                        np.array([len(kept)], dtype=np.int64))
+
+    def from_runs(self, runs: FastRuns) -> FastState:
+        """Inverse of :meth:`to_runs` (the journaled form, byte for byte as before)."""
+        estimate = None
+        if runs.estimate is not None and runs.has_estimate[0]:
+            estimate = runs.estimate[0]
+            estimate.setflags(write=False)
+        n = int(runs.n_errors[0])
+        errors = tuple(float(e) for e in runs.errors[0, self.pid_window - n:].tolist()) if n else ()
+        return FastState(estimate, float(runs.variance[0]), int(runs.last_sample[0]), int(runs.interval[0]),
+                         int(runs.next_sample[0]), errors)
+
+    def decide(self, state: FastState, ctx: DecisionContext) -> tuple[Decision, FastState]:
+        decision, _ = decide_one(self, self.to_runs(state), ctx)
+        return decision, state  # deciding changes no state (the filter runs after the sample)
+
+    def decide_runs(self, state: FastRuns, ctx: RunsContext) -> tuple[RunsDecision, FastRuns]:
+        """A run samples at ε/C when its schedule says so and its window can take it; otherwise it
+        publishes the prediction (= its last posterior). Reads no data."""
+        if ctx.timestep < state.next_sample.min():  # no run is due (most timesteps): nothing to ask
+            return RunsDecision(NO_RUNS, NO_RUNS, "scheduled sample"), state
+        amount = ctx.ledger.amount(self.per_sample)
+        rows = ((ctx.timestep >= state.next_sample) & ctx.ledger.can_spend(ctx.timestep, amount)).nonzero()[0]
+        return RunsDecision(rows, amounts_for(amount, rows), "scheduled sample"), state
+
+    @cached_property
+    def noise_variance(self) -> float:
+        """R: the variance of one count's sample noise (public: Δ and ε/C), ``2·(Δ·C/ε)²``."""
         b = float(Fraction(self.sensitivity) / self.per_sample)
         return 2.0 * b * b
 
-    def smooth(self, state: FastState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, FastState]:
-        """Kalman correction of the sample, then the PID update of the interval (post-processing)."""
-        z = np.asarray(noisy.counts, dtype=np.float64)
-        r = self._noise_variance(noisy, z.size)
+    #: the published releases are the filter's float posteriors
+    runs_publish_float = True
+
+    def after_runs(self, state: FastRuns, ctx: RunsContext, rows: np.ndarray,
+                   noisy: np.ndarray) -> tuple[np.ndarray, FastRuns]:
+        """The filter and the controller for the sampled runs ``rows`` (post-processing)."""
+        return self._filter_runs(state, ctx.timestep, rows, noisy), state
+
+    def _filter_runs(self, state: FastRuns, t: int, rows: np.ndarray, noisy: np.ndarray) -> np.ndarray:
+        """Kalman correction of each sampled run's release against its prior, then the PID update of
+        its sampling interval; returns the posteriors ``(len(rows), U)`` (what the runs publish).
+
+        The IEEE operations are the one-run rule's, in its order: the sum of the errors is the
+        left-to-right sum over the window (the zeros of unfilled slots add nothing), and ``exp`` is
+        ``math.exp`` per run."""
+        r = self.noise_variance
+        z = noisy.astype(np.float64)
         if state.estimate is None:
-            posterior, variance, error = z, r, 0.0
+            state.estimate = np.zeros((state.variance.size, z.shape[1]))
+        elif not state.estimate.flags.writeable:  # the one run's journaled posterior: never changed
+            state.estimate = state.estimate.copy()
+        first = ~state.has_estimate[rows]
+        prior = state.estimate[rows]
+        last = state.last_sample[rows]
+        p = state.variance[rows] + self.process_ratio * r * (t - last)
+        gain = p / (p + r)
+        posterior = np.where(first[:, None], z, prior + gain[:, None] * (z - prior))
+        variance = np.where(first, r, (1 - gain) * p)
+        # relative change beyond the sample noise's expected L1 (public), FAST's feedback error
+        floor = z.shape[1] * math.sqrt(r / 2.0)
+        change = np.maximum(0.0, np.abs(z - prior).sum(axis=1) - floor)
+        error = np.where(first, 0.0, change / np.maximum(np.abs(posterior).sum(axis=1), 1.0))
+        errs = np.concatenate((state.errors[rows, 1:], error[:, None]), axis=1)
+        n = np.minimum(state.n_errors[rows] + 1, self.pid_window)
+        total = 0 + errs[:, 0]
+        for j in range(1, errs.shape[1]):
+            total = total + errs[:, j]
+        moved = (n >= 2) & (last >= 0)
+        if self.pid_window >= 2:
+            derivative = np.where(moved, (errs[:, -1] - errs[:, -2]) / np.where(moved, t - last, 1), 0.0)
         else:
-            prior = np.asarray(state.estimate, dtype=np.float64)
-            p = state.variance + self.process_ratio * r * (timestep - state.last_sample)
-            gain = p / (p + r)
-            posterior = prior + gain * (z - prior)
-            variance = (1 - gain) * p
-            # relative change beyond the sample noise's expected L1 (public), FAST's feedback error
-            floor = z.size * math.sqrt(r / 2.0)
-            change = max(0.0, float(np.abs(z - prior).sum()) - floor)
-            error = change / max(float(np.abs(posterior).sum()), 1.0)
-        errors = (*state.errors, error)[-self.pid_window:]
-        derivative = 0.0 if len(errors) < 2 or state.last_sample < 0 else \
-            (errors[-1] - errors[-2]) / (timestep - state.last_sample)
-        control = self.cp * error + self.ci * sum(errors) / len(errors) + self.cd * derivative
+            derivative = np.zeros(rows.size)
+        control = self.cp * errs[:, -1] + self.ci * total / n + self.cd * derivative
         # the exponent is capped where exp would overflow (a large error): the step is then hugely
         # negative either way and the interval falls to 1, as it would without the cap
-        step = self.theta * (1.0 - math.exp(min((control - self.xi) / self.xi, FAST_MAX_EXPONENT)))
-        interval = max(1, int(state.interval + step))
-        posterior = np.array(posterior, dtype=np.float64)
-        posterior.setflags(write=False)
-        new = FastState(posterior, float(variance), timestep, interval, timestep + interval, errors)
+        exponent = np.minimum((control - self.xi) / self.xi, FAST_MAX_EXPONENT)
+        step = self.theta * (1.0 - np.array([math.exp(x) for x in exponent.tolist()], dtype=np.float64))
+        # max(1, int(i + step)): int() truncates, and below 1 the interval is 1 either way
+        interval = np.maximum(1.0, state.interval[rows] + step).astype(np.int64)
+        state.estimate[rows] = posterior
+        state.has_estimate[rows] = True
+        state.variance[rows] = variance
+        state.last_sample[rows] = t
+        state.interval[rows] = interval
+        state.next_sample[rows] = t + interval
+        state.errors[rows] = errs
+        state.n_errors[rows] = n
+        return posterior
+
+    def smooth(self, state: FastState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, FastState]:
+        """The filter and the controller for the service's one run (:meth:`after_runs` with R = 1)."""
+        runs = self.to_runs(state)
+        self._filter_runs(runs, timestep, ONE_RUN, np.asarray(noisy.counts)[None, :])
+        new = self.from_runs(runs)
+        posterior = new.estimate
+        assert posterior is not None
         width = np.broadcast_to(np.float64(np.inf), posterior.shape)  # a filtered estimate: no interval claimed
-        details = {"kalman_gain": round(1.0 - variance / r, 6) if state.estimate is not None else 1.0}
+        r = self.noise_variance
+        details = {"kalman_gain": round(1.0 - new.variance / r, 6) if state.estimate is not None else 1.0}
         return NoisyHistogram(posterior, noisy.epsilon, width, noisy.confidence, details), new
 
     def charges(self) -> tuple[Fraction, ...]:

@@ -54,7 +54,7 @@ from controller.policies.base import RunsContext
 from controller.policies.baselines import FixedPolicy, UniformPolicy
 from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.policies.sampling import WEventSamplingPolicy
-from controller.policies.wevent import FAST_MAX_EXPONENT, FastPolicy, PegasusPolicy, SamplePolicy
+from controller.policies.wevent import FastPolicy, PegasusPolicy, SamplePolicy
 from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness
 from histogram.postprocess import STATEFUL, parse_chain, postprocess
 from stream.lab.metrics import RunErrors, Workload
@@ -558,114 +558,6 @@ class _Sampling(_Kernel):
         return noisy
 
 
-class _Pegasus(_Kernel):
-    """PeGaSus (:class:`controller.policies.wevent.PegasusPolicy`): perturb, group, smooth."""
-
-
-    def __init__(self, policy: PegasusPolicy, run: _Run) -> None:
-        super().__init__(policy, run)
-        R = run.R
-        self.size = np.zeros(R, dtype=np.int64)
-        self.total = np.zeros((R, run.U), dtype=np.int64)
-        self.joined = np.zeros(R, dtype=bool)
-        self.e_p = run.units(policy.epsilon_p)
-        self.e_g = run.units(policy.epsilon_g)
-        self.err = run.mech.expected_abs_error(policy.epsilon_p, run.U)
-        self.test_scale = policy.test_scale
-        self.test_term = 2 * float(policy.test_scale)
-
-    def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        p, run = self.p, self.run
-        ledger = run.ledger
-        new = (self.size == 0) | ((self.size >= p.max_group) if p.max_group is not None else False)
-        ok_new = new & ledger.can_spend(t, self.e_p)
-        test = ~new & ledger.can_spend(t, self.e_g + self.e_p)
-        rows = test.nonzero()[0]
-        self.joined[:] = False
-        if rows.size:
-            ledger.spend(t, rows, self.e_g, "test")
-            size = self.size[rows]
-            m = (2 * self.total[rows] + size[:, None]) // (2 * size[:, None])
-            dev = np.abs(run.truth[t] - m).sum(axis=1)
-            noisy = dev + run.noise.laplace(rows, self.test_scale, None)
-            spread = self.err / np.sqrt(size.astype(np.float64))
-            theta = run.U * spread + 2 * math.sqrt(run.U) * spread + self.test_term
-            self.joined[rows] = noisy <= theta
-        fresh_rows = (ok_new | test).nonzero()[0]
-        return fresh_rows, run.same(self.e_p, fresh_rows.size)
-
-    def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
-        joined = self.joined[rows]
-        size = np.where(joined, self.size[rows] + 1, 1)
-        total = np.where(joined[:, None], self.total[rows] + noisy, noisy)
-        self.size[rows] = size
-        self.total[rows] = total
-        mean = (2 * total + size[:, None]) // (2 * size[:, None])
-        return np.where((size == 1)[:, None], noisy, mean)
-
-
-class _Fast(_Kernel):
-    """FAST_w (:class:`controller.policies.wevent.FastPolicy`): scheduled samples, Kalman filter, PID."""
-
-    published_float = True
-
-
-    def __init__(self, policy: FastPolicy, run: _Run) -> None:
-        super().__init__(policy, run)
-        R = run.R
-        self.e = run.units(policy.per_sample)
-        self.variance = np.zeros(R)
-        self.last_sample = np.full(R, -1, dtype=np.int64)
-        self.interval = np.full(R, policy.base_interval, dtype=np.int64)
-        self.next_sample = np.zeros(R, dtype=np.int64)
-        # each run's last pid_window errors, oldest first, right-aligned: the unfilled slots on the
-        # left hold 0.0, which adds nothing to the sum (0 + 0.0 + … + e0 + e1 = sum((e0, e1)) exactly)
-        self.errors = np.zeros((R, policy.pid_window))
-        self.n_errors = np.zeros(R, dtype=np.int64)
-        b = float(Fraction(policy.sensitivity) / policy.per_sample)
-        self.r = 2.0 * b * b
-
-    def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        ok = (t >= self.next_sample) & self.run.ledger.can_spend(t, self.e)
-        rows = ok.nonzero()[0]
-        return rows, self.run.same(self.e, rows.size)
-
-    def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
-        p, run, r = self.p, self.run, self.r
-        z = noisy.astype(np.float64)
-        first = ~run.has_last[rows]
-        prior = run.last[rows].astype(np.float64)
-        pv = self.variance[rows] + p.process_ratio * r * (t - self.last_sample[rows])
-        gain = pv / (pv + r)
-        posterior = np.where(first[:, None], z, prior + gain[:, None] * (z - prior))
-        variance = np.where(first, r, (1 - gain) * pv)
-        floor = run.U * math.sqrt(r / 2.0)
-        change = np.maximum(0.0, np.abs(z - prior).sum(axis=1) - floor)
-        error = np.where(first, 0.0, change / np.maximum(np.abs(posterior).sum(axis=1), 1.0))
-        # the controller, over the runs with the policy's IEEE operations in its order (sum(errors) is
-        # the left-to-right sum; only exp is taken per run, with math.exp as the policy does)
-        errs = np.concatenate((self.errors[rows, 1:], error[:, None]), axis=1)
-        self.errors[rows] = errs
-        n = np.minimum(self.n_errors[rows] + 1, p.pid_window)
-        self.n_errors[rows] = n
-        last = self.last_sample[rows]
-        total = 0 + errs[:, 0]
-        for j in range(1, errs.shape[1]):
-            total = total + errs[:, j]
-        moved = (n >= 2) & (last >= 0)
-        derivative = np.where(moved, (errs[:, -1] - errs[:, -2]) / np.where(moved, t - last, 1), 0.0)
-        control = p.cp * errs[:, -1] + p.ci * total / n + p.cd * derivative
-        exponent = np.minimum((control - p.xi) / p.xi, FAST_MAX_EXPONENT)
-        step = p.theta * (1.0 - np.array([math.exp(x) for x in exponent.tolist()], dtype=np.float64))
-        # max(1, int(i + step)): int() truncates, and below 1 the interval is 1 either way
-        interval = np.maximum(1.0, self.interval[rows] + step).astype(np.int64)
-        self.interval[rows] = interval
-        self.next_sample[rows] = t + interval
-        self.variance[rows] = variance
-        self.last_sample[rows] = t
-        return posterior
-
-
 _KERNELS: dict[type, type[_Kernel]] = {
     UniformPolicy: _PolicyKernel,
     FixedPolicy: _PolicyKernel,
@@ -673,8 +565,8 @@ _KERNELS: dict[type, type[_Kernel]] = {
     WEventSamplingPolicy: _Sampling,
     BudgetDistribution: _PolicyKernel,
     BudgetAbsorption: _PolicyKernel,
-    PegasusPolicy: _Pegasus,
-    FastPolicy: _Fast,
+    PegasusPolicy: _PolicyKernel,
+    FastPolicy: _PolicyKernel,
 }
 
 

@@ -18,9 +18,11 @@ from controller.method import MethodSpec, build_engine
 from controller.pid import PIDController, PIDGains
 from controller.policies.base import RunsContext, RunsPolicy
 from controller.policies.sampling import DistanceSamplingPolicy, WEventSamplingPolicy
+from controller.policies.wevent import FastPolicy, PegasusPolicy
+from controller.step import Engine
 from controller.units import UserLevel, WEvent
 from histogram.lpa import LaplaceMechanism
-from histogram.noise import Randomness
+from histogram.noise import DrawerNoise, Randomness
 from tests.engine_helpers import BINS, POPULATION, all_engines, stream
 
 CASES = [(u, m, e) for u in ("user-level", "w-event") for m, e in all_engines(u)]
@@ -353,58 +355,80 @@ def test_both_sampling_policies_check_their_parameters_alike(policy, unit, wrong
 RUNS_CASES = [(u, m, e) for u, m, e in CASES if isinstance(e.policy, RunsPolicy)]
 
 
-class _EngineDrawers:
-    """Run r's noise at timestep t from the drawer the engine run of seed r uses there (:func:`run`):
-    the policy's decision draws, then (:meth:`release`) the release, in the engine's order."""
+class _RunDrawers:
+    """Run r's noise from the drawers the engine's run with seed r uses (:func:`run`), in the order
+    the policy asks: R runs of ``decide_runs`` then draw exactly what R engine runs draw."""
 
     def __init__(self, runs: int) -> None:
-        self.rnd = [Randomness.seeded(r) for r in range(runs)]
-        self.t, self.drawers = -1, {}
+        self.runs = runs
+        self.drawers: list = []
 
-    def begin(self, t):  # type: ignore[no-untyped-def]
-        self.t, self.drawers = t, {}
+    def begin(self, t: int) -> None:
+        self.drawers = [Randomness.seeded(r).drawer("s", t) for r in range(self.runs)]
 
-    def drawer(self, r):  # type: ignore[no-untyped-def]
-        if r not in self.drawers:
-            self.drawers[r] = self.rnd[r].drawer("s", self.t)
-        return self.drawers[r]
-
-    def laplace(self, runs, scale, size):  # type: ignore[no-untyped-def]
-        out = [np.asarray(self.drawer(r).discrete_laplace(scale, size), dtype=np.int64) for r in runs.tolist()]
+    def laplace(self, rows, scale, size):  # type: ignore[no-untyped-def]
+        out = [DrawerNoise(self.drawers[r]).laplace(np.arange(1), scale, size)[0] for r in rows.tolist()]
         return np.array(out, dtype=np.int64).reshape((len(out),) if size is None else (len(out), size))
+
+    def laplace_each(self, rows, num, den, size):  # type: ignore[no-untyped-def]
+        raise AssertionError("releases are drawn by the mechanism here")
 
 
 @pytest.mark.parametrize(("unit", "name", "engine"), RUNS_CASES, ids=[f"{u}-{m}" for u, m, _ in RUNS_CASES])
 def test_runs_axis_conformance(unit, name, engine):
-    """R runs of ``decide_runs`` decide, charge and release exactly as R single runs of the engine, on
-    the exact accountants and on the unit ledger (user-level: its window spans the stream). The runs
-    start from different ledgers (odd runs carry an extra charge at timestep 0), so a decision that
-    mixed up runs would show. Each run draws from its engine run's drawers (decision noise, then the
-    release), so data-dependent rules (BD, BA) see the same histograms and noise as the engine."""
-    policy, mech, runs, timesteps = engine.policy, engine.mechanism, 4, 40
+    """R runs of ``decide_runs`` (and ``after_runs``) decide, charge and publish exactly as R single
+    runs of the engine, on the exact accountants and (w-event) on the unit ledger, with each run's
+    noise from that run's engine drawers. The runs start from different ledgers (odd runs carry an
+    extra charge at timestep 0), so a decision that mixed up runs would show."""
+    _check_runs_axis(unit, name, engine, 40)
+
+
+def _w_event_engine(policy):  # type: ignore[no-untyped-def]
+    return Engine(policy, LaplaceMechanism(), BINS)
+
+
+RUNS_EXTRA = {  # parameters under which the runs' own state steers them apart (schedules, groups)
+    "fast-pid": _w_event_engine(FastPolicy(WEvent(Fraction(1, 2), 20, 10), cd=0.3)),
+    "fast-pid-window-1": _w_event_engine(FastPolicy(WEvent(Fraction(1, 2), 20, 10), pid_window=1, cd=0.5)),
+    "pegasus-max-group": _w_event_engine(PegasusPolicy(WEvent(1, 8, 2), max_group=3)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RUNS_EXTRA))
+def test_runs_axis_conformance_of_stateful_policies(case):
+    """As above, where each run's state (FAST_w's PID interval, PeGaSus's capped groups) changes
+    its schedule, so the runs sample at different timesteps."""
+    _check_runs_axis("w-event", case, RUNS_EXTRA[case], 60)
+
+
+def _check_runs_axis(unit, name, engine, timesteps):  # type: ignore[no-untyped-def]
+    policy, mech, runs = engine.policy, engine.mechanism, 4
     counts = stream(timesteps, seed=2)
     extra = policy.charges()[0]
-    expected = []
+    expected, expected_counts = [], []
     for r in range(runs):
         acct = policy.new_accountant()
         if r % 2:
             acct.spend(0, extra, "decision")
         state = replace(engine.initial_state(), accountant=acct)
         releases, _ = run(engine, counts, seed=r, state=state)
-        expected.append([(x.timestep, x.epsilon_release, x.counts.tolist()) for x in releases if x.kind == "fresh"])
+        expected.append([(x.timestep, x.epsilon_release) for x in releases if x.kind == "fresh"])
+        expected_counts.append(np.stack([x.counts for x in releases]))
     assert any(expected[0] != e for e in expected[1:]) or name == "uniform" and unit == "user-level"
     # the lab's unit ledger too: w-event's window, or user-level's one total (a window spanning the stream)
     ledgers = [AccountantLedger([policy.new_accountant() for _ in range(runs)]),
                UnitLedger.for_unit(policy.unit, runs, timesteps, policy.charges())]
+    reset_runs = getattr(policy, "reset_runs", None)
+    after_runs = getattr(policy, "after_runs", None)
     for ledger in ledgers:
         odd = np.arange(1, runs, 2)
         ledger.spend(0, odd, ledger.amount(extra), "decision")
-        reset_runs = getattr(policy, "reset_runs", None)
         state = reset_runs(runs) if reset_runs is not None else policy.reset()
         fresh_count = np.zeros(runs, dtype=np.int64)
-        last, has_last = np.zeros((runs, BINS), dtype=np.int64), np.zeros(runs, dtype=bool)
-        noise = _EngineDrawers(runs)
-        got: list[list[tuple[int, Fraction, list[int]]]] = [[] for _ in range(runs)]
+        last = np.zeros((runs, BINS), dtype=np.float64 if getattr(policy, "runs_publish_float", False) else np.int64)
+        has_last, noise = np.zeros(runs, dtype=bool), _RunDrawers(runs)
+        got: list[list[tuple[int, Fraction]]] = [[] for _ in range(runs)]
+        published = np.zeros((runs, timesteps, BINS))
         for t in range(timesteps):
             noise.begin(t)
             ctx = RunsContext(t, runs, ledger, fresh_count, counts=counts[t], last=last, has_last=has_last,
@@ -412,9 +436,16 @@ def test_runs_axis_conformance(unit, name, engine):
             decision, state = policy.decide_runs(state, ctx)
             ledger.spend(t, decision.rows, decision.amounts, "publication")
             fresh_count[decision.rows] += 1
-            for r, a in zip(decision.rows.tolist(), decision.amounts.tolist(), strict=True):
-                eps = Fraction(a) * getattr(ledger, "unit", 1)
-                last[r] = mech.release(counts[t], eps, noise.drawer(r)).counts
-                has_last[r] = True
-                got[r].append((t, eps, last[r].tolist()))
+            epsilons = [Fraction(a) * getattr(ledger, "unit", 1) for a in decision.amounts.tolist()]
+            for r, eps in zip(decision.rows.tolist(), epsilons, strict=True):
+                got[r].append((t, eps))
+            if decision.rows.size:
+                noisy = np.stack([mech.release(counts[t], eps, noise.drawers[r]).counts
+                                  for r, eps in zip(decision.rows.tolist(), epsilons, strict=True)])
+                out = noisy if after_runs is None else after_runs(state, ctx, decision.rows, noisy)[0]
+                last[decision.rows] = out
+                has_last[decision.rows] = True
+            published[:, t] = last
         assert got == expected, type(ledger).__name__
+        for r in range(runs):
+            assert np.array_equal(published[r], expected_counts[r]), (type(ledger).__name__, r)

@@ -24,13 +24,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from controller.accountant import Accountant, WindowAccountant
 from controller.policies.base import REPUBLISH, DecisionContext, fresh
-from controller.policies.wevent import FastPolicy, PegasusPolicy, PegasusState, SamplePolicy
+from controller.policies.wevent import (
+    FastPolicy,
+    PegasusPolicy,
+    PegasusRuns,
+    PegasusState,
+    SamplePolicy,
+)
 from controller.step import Engine, Release
 from controller.units import WEvent
 from histogram.lpa import LaplaceMechanism
@@ -271,7 +278,7 @@ class _PegasusTestUncharged(PegasusPolicy):
                 self.inner = inner
 
             def spend(self, t, eps, purpose):  # type: ignore[no-untyped-def]
-                return None if purpose == "test" else self.inner.spend(t, eps, purpose)
+                return SimpleNamespace(seq=-1) if purpose == "test" else self.inner.spend(t, eps, purpose)
 
             def __getattr__(self, name):  # type: ignore[no-untyped-def]
                 return getattr(self.inner, name)
@@ -289,16 +296,26 @@ class _TrueState(PegasusState):
     true_total: np.ndarray | None = None
 
 
+@dataclass
+class _TrueRuns(PegasusRuns):
+    true_total: np.ndarray | None = None
+
+
 @dataclass(frozen=True)
 class _PegasusTrueGroup(PegasusPolicy):
     """The paper's grouper: the deviation is taken from the group's *true* mean (reads past timesteps)."""
 
-    def deviation(self, counts, state):  # type: ignore[no-untyped-def]
+    def to_runs(self, state):  # type: ignore[no-untyped-def]
+        runs = super().to_runs(state)
+        return _TrueRuns(runs.size, runs.total, runs.joined, true_total=getattr(state, "true_total", None))
+
+    def deviations(self, counts, state, rows):  # type: ignore[no-untyped-def]
         tt = getattr(state, "true_total", None)
         if tt is None:
-            return super().deviation(counts, state)
-        m = (2 * tt + state.size) // (2 * state.size)
-        return int(np.abs(counts.astype(np.int64) - m).sum())
+            return super().deviations(counts, state, rows)
+        n = int(state.size[0])
+        m = (2 * tt + n) // (2 * n)
+        return np.array([np.abs(counts.astype(np.int64) - m).sum()])
 
     def decide(self, state, ctx):  # type: ignore[no-untyped-def]
         decision, new = super().decide(state, ctx)
