@@ -353,12 +353,34 @@ def test_both_sampling_policies_check_their_parameters_alike(policy, unit, wrong
 RUNS_CASES = [(u, m, e) for u, m, e in CASES if isinstance(e.policy, RunsPolicy)]
 
 
+class _EngineDrawers:
+    """Run r's noise from the drawer its single engine run uses at each timestep (seed r, in call
+    order): the decision draws of ``decide_runs``, then the release the test draws itself."""
+
+    def __init__(self, runs):
+        self.rnd = [Randomness.seeded(r) for r in range(runs)]
+        self.drawers = []
+
+    def begin(self, t):
+        self.drawers = [rnd.drawer("s", t) for rnd in self.rnd]
+
+    def laplace(self, rows, scale, size):
+        out = [self.drawers[r].discrete_laplace(scale, size) for r in rows.tolist()]
+        return np.asarray(out, dtype=np.int64).reshape((len(out),) if size is None else (len(out), size))
+
+    def laplace_each(self, rows, num, den, size):
+        return np.vstack([self.laplace(rows[i:i + 1], Fraction(int(a), int(b)), size)
+                          for i, (a, b) in enumerate(zip(num.tolist(), den.tolist(), strict=True))])
+
+
 @pytest.mark.parametrize(("unit", "name", "engine"), RUNS_CASES, ids=[f"{u}-{m}" for u, m, _ in RUNS_CASES])
 def test_runs_axis_conformance(unit, name, engine):
-    """R runs of ``decide_runs`` decide and charge exactly as R single runs of the engine, on the
-    exact accountants and (w-event) on the unit ledger. The runs start from different ledgers (odd
-    runs carry an extra charge at timestep 0), so a decision that mixed up runs would show."""
-    policy, runs, timesteps = engine.policy, 4, 40
+    """R runs of ``decide_runs`` decide, charge and publish exactly as R single runs of the engine,
+    on the exact accountants and (w-event) on the unit ledger. The runs start from different
+    ledgers (odd runs carry an extra charge at timestep 0) and draw from different seeds, so a
+    decision that mixed up runs would show. The loop is the lab's (``reset_runs``, ``decide_runs``,
+    the publication charge, the release drawn from the run's own drawer, ``after_runs``)."""
+    policy, mech, runs, timesteps = engine.policy, engine.mechanism, 4, 40
     counts = stream(timesteps, seed=2)
     extra = policy.charges()[0]
     expected = []
@@ -368,20 +390,37 @@ def test_runs_axis_conformance(unit, name, engine):
             acct.spend(0, extra, "decision")
         state = replace(engine.initial_state(), accountant=acct)
         releases, _ = run(engine, counts, seed=r, state=state)
-        expected.append([(x.timestep, x.epsilon_release) for x in releases if x.kind == "fresh"])
+        expected.append([(x.timestep, x.epsilon_release, x.counts.tolist()) for x in releases if x.kind == "fresh"])
     assert any(expected[0] != e for e in expected[1:]) or name == "uniform" and unit == "user-level"
     ledgers = [AccountantLedger([policy.new_accountant() for _ in range(runs)])]
     if unit == "w-event":
         ledgers.append(UnitLedger(policy.unit.epsilon, policy.unit.w, runs, timesteps, policy.charges()))
+    reset_runs, after_runs = getattr(policy, "reset_runs", None), getattr(policy, "after_runs", None)
     for ledger in ledgers:
         odd = np.arange(1, runs, 2)
         ledger.spend(0, odd, ledger.amount(extra), "decision")
-        state, fresh_count = policy.reset(), np.zeros(runs, dtype=np.int64)
-        got: list[list[tuple[int, Fraction]]] = [[] for _ in range(runs)]
+        state = reset_runs(runs) if reset_runs is not None else policy.reset()
+        fresh_count = np.zeros(runs, dtype=np.int64)
+        last = np.zeros((runs, BINS), dtype=float if getattr(policy, "runs_publish_float", False) else np.int64)
+        has_last = np.zeros(runs, dtype=bool)
+        noise = _EngineDrawers(runs)
+        got: list[list[tuple[int, Fraction, list]]] = [[] for _ in range(runs)]
         for t in range(timesteps):
-            decision, state = policy.decide_runs(state, RunsContext(t, runs, ledger, fresh_count))
-            ledger.spend(t, decision.rows, decision.amounts, "publication")
-            fresh_count[decision.rows] += 1
-            for r, a in zip(decision.rows.tolist(), decision.amounts.tolist(), strict=True):
-                got[r].append((t, Fraction(a) * getattr(ledger, "unit", 1)))
+            noise.begin(t)
+            ctx = RunsContext(t, runs, ledger, fresh_count, counts=counts[t], last=last, has_last=has_last,
+                              noise=noise, mechanism=mech)
+            decision, state = policy.decide_runs(state, ctx)
+            rows = decision.rows
+            ledger.spend(t, rows, decision.amounts, "publication")
+            if not rows.size:
+                continue
+            eps = [Fraction(a) * getattr(ledger, "unit", 1) for a in decision.amounts.tolist()]
+            noisy = np.stack([mech.release(counts[t], e, noise.drawers[r]).counts
+                              for r, e in zip(rows.tolist(), eps, strict=True)])
+            if after_runs is not None:
+                noisy, state = after_runs(state, ctx, rows, noisy)
+            last[rows], has_last[rows] = noisy, True
+            fresh_count[rows] += 1
+            for r, e in zip(rows.tolist(), eps, strict=True):
+                got[r].append((t, e, last[r].tolist()))
         assert got == expected, type(ledger).__name__
