@@ -278,18 +278,32 @@ class UnitLedger:
 
     def renew(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any, reserve: Any,
               purpose: str) -> tuple[np.ndarray, np.ndarray]:
-        used = self.used(t)[rows]
+        used_all = self.used(t)
+        room = self.cap - used_all[rows]
         inside = handles >= max(0, t - self.w + 1)  # handles are end timesteps; -1 is none
-        extend = inside & (used + reserve <= self.cap)
-        start = ~inside & (used + (amount + reserve) <= self.cap)
-        ext_rows, new_rows = rows[extend], rows[start]
-        if ext_rows.size:
-            self.extend(t, ext_rows, handles[extend], amount)
-        if new_rows.size:
-            self.spend(t, new_rows, amount, purpose)
-        outcome = np.where(extend, RENEW_EXTENDED, np.where(start, RENEW_STARTED,
-                                                           np.where(inside, RENEW_HELD, RENEW_NONE))).astype(np.int8)
-        out = np.where(extend | start, t, np.where(inside, handles, -1)).astype(np.int64)
+        extend = inside & (room >= reserve)
+        start = ~inside & (room >= amount + reserve)
+        outcome = inside.astype(np.int8)  # RENEW_HELD where inside, RENEW_NONE elsewhere
+        out = np.where(inside, handles, -1)
+        if extend.any():
+            # the entry already counts in the window ending at t: moved to t, no window sum changes
+            # (nor the largest: it was reached when the entry and the rest of this window were charged)
+            ext_rows = rows[extend]
+            self.E[ext_rows, handles[extend]] -= amount  # an entry already ending at t moves onto itself
+            self.E[ext_rows, t] += amount
+            outcome[extend] = RENEW_EXTENDED
+            out[extend] = t
+        if start.any():
+            new_rows = rows[start]
+            new = self.cap - room[start] + amount
+            self.E[new_rows, t] += amount
+            self.total[new_rows] += amount
+            used_all = used_all.copy()  # a new array: what callers read before stays as it was
+            used_all[new_rows] = new
+            self._used = used_all
+            self.max[new_rows] = np.maximum(self.max[new_rows], new)  # rows are distinct
+            outcome[start] = RENEW_STARTED
+            out[start] = t
         return outcome, out
 
     def view(self, t: int, run: int) -> LedgerView:

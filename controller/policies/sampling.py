@@ -152,6 +152,18 @@ class SamplingRuns:
     fixed_threshold: int
     ceil_cache: dict[float, int] = field(default_factory=dict)
     floor_value: int | None = None
+    ledger: Any = None  # the ledger the two amounts below are in (the lab's stays the same)
+    e_instance: Any = None
+    e_release: Any = None
+    e_releases: np.ndarray | None = None  # e_release per run (read-only; RunsDecision.amounts slices it)
+
+    def amounts(self, ledger: Any) -> None:
+        """The charges in ``ledger``'s representation (converted once per ledger)."""
+        if ledger is not self.ledger:
+            self.ledger = ledger
+            self.e_instance, self.e_release = ledger.amount(self.per_instance), ledger.amount(self.per_release)
+            self.e_releases = amounts_for(self.e_release, self.handle)
+            self.e_releases.flags.writeable = False
 
 
 _NO_RUNS = np.zeros(0, dtype=np.int64)
@@ -424,10 +436,11 @@ class WEventSamplingPolicy(_SamplingPolicyBase):
         t, w, cutoff = ctx.timestep, self.unit.w, self.unit.cutoff
         ledger = ctx.ledger
         state.fresh[:, t % w] = False  # timestep t − w leaves the window
-        e_rel = ledger.amount(state.per_release)
+        state.amounts(ledger)
+        e_rel = state.e_release
         if t == 0:
             rows = ledger.can_spend(t, e_rel).nonzero()[0]
-            return RunsDecision(rows, amounts_for(e_rel, rows), "first timestep"), state
+            return RunsDecision(rows, state.e_releases[:rows.size], "first timestep"), state
         if self.adaptive and t <= self.burn_in:
             return RunsDecision(_NO_RUNS, _NO_RUNS), state
         in_window = state.fresh.sum(axis=1)
@@ -442,8 +455,7 @@ class WEventSamplingPolicy(_SamplingPolicyBase):
         # in a span its entry covers in full (§4). It never happens in a run of this rule: an
         # instance is only left unqueried while the release a positive needs does not fit, and by
         # w − 1 timesteps after its last query the window holds its entry and nothing else.
-        outcome, handles = ledger.renew(t, active, state.handle[active], ledger.amount(state.per_instance), e_rel,
-                                        "decision")
+        outcome, handles = ledger.renew(t, active, state.handle[active], state.e_instance, e_rel, "decision")
         state.handle[active] = handles
         started = active[outcome == RENEW_STARTED]
         if started.size:
@@ -464,7 +476,7 @@ class WEventSamplingPolicy(_SamplingPolicyBase):
         state.queries[rows] += 1
         fresh_rows = rows[above]
         state.handle[fresh_rows] = -1  # AboveThreshold halts: the next query starts a new instance
-        return RunsDecision(fresh_rows, amounts_for(e_rel, fresh_rows), "distance above threshold"), state
+        return RunsDecision(fresh_rows, state.e_releases[:fresh_rows.size], "distance above threshold"), state
 
     def after_runs(self, state: SamplingRuns, ctx: RunsContext, rows: np.ndarray,
                    noisy: np.ndarray) -> tuple[np.ndarray, SamplingRuns]:
