@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
@@ -409,19 +410,27 @@ class WEventSamplingPolicy(_SamplingPolicyBase):
         """The state of ``runs`` runs before the first timestep."""
         return self._runs(runs, self.pid.reset() if self.adaptive else None)
 
-    def _runs(self, runs: int, pid: PIDState | None) -> SamplingRuns:
+    @cached_property
+    def _constants(self) -> tuple[Fraction, Fraction, Fraction, Fraction, int]:
+        """The SVT's two noise scales, the two charges and DSFT's threshold in counts (computed once
+        per policy: the service converts its one run every timestep)."""
         cal = self.calibration
+        return (cal.threshold_scale, cal.query_scale, self.per_instance, self.per_release,
+                math.ceil(_threshold_counts(self.threshold, self.population)))
+
+    def _runs(self, runs: int, pid: PIDState | None) -> SamplingRuns:
+        threshold_scale, query_scale, per_instance, per_release, fixed_threshold = self._constants
         zeros = np.zeros(runs, dtype=np.int64)
         if pid is None:
             pid = PIDState(float(self.threshold))
         return SamplingRuns(
             handle=np.full(runs, -1, dtype=np.int64), rho=zeros.copy(), positives=zeros.copy(), queries=zeros.copy(),
             fresh=np.zeros((runs, self.unit.w), dtype=bool), floor=zeros.copy(),
-            threshold=np.full(runs, pid.threshold), errors=[np.full(runs, e) for e in pid.errors],
+            threshold=np.full(runs, pid.threshold),
+            errors=list(np.array(pid.errors, dtype=np.float64).reshape(-1, 1).repeat(runs, axis=1)),
             last_error=np.full(runs, pid.last_sample_error), last_time=np.full(runs, pid.last_sample_time),
-            updates=pid.updates, threshold_scale=cal.threshold_scale, query_scale=cal.query_scale,
-            per_instance=self.per_instance, per_release=self.per_release,
-            fixed_threshold=math.ceil(_threshold_counts(self.threshold, self.population)))
+            updates=pid.updates, threshold_scale=threshold_scale, query_scale=query_scale,
+            per_instance=per_instance, per_release=per_release, fixed_threshold=fixed_threshold)
 
     def decide_runs(self, state: SamplingRuns, ctx: RunsContext) -> tuple[RunsDecision, SamplingRuns]:
         """Alg. 9, made sound, for every run: each run in its window asks its live AboveThreshold
