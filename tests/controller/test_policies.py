@@ -350,7 +350,18 @@ def test_both_sampling_policies_check_their_parameters_alike(policy, unit, wrong
             policy(**{**ok, **bad})
 
 
-RUNS_CASES = [(u, m, e) for u, m, e in CASES if isinstance(e.policy, RunsPolicy)]
+def _svt_engine(decision, threshold, **kw):
+    spec = MethodSpec(decision, WEvent(Fraction(1), 8, 3), population=POPULATION, threshold=threshold, **kw)
+    return build_engine(spec, LaplaceMechanism(), BINS)
+
+
+# with the suite's defaults every DSAT/DSFT query is positive (the ledger alone decides); these runs
+# make the noisy comparison decide, differently in each run: ρ, ν, the PID and the noise floor count
+RUNS_CASES = [(u, m, e) for u, m, e in CASES if isinstance(e.policy, RunsPolicy)] + [
+    ("w-event", "dsat-noise-floor-pid",
+     _svt_engine("dsat", 0.1, noise_floor=True, burn_in=2, pid=PIDGains(theta_i=0.2, theta_d=0.3))),
+    ("w-event", "dsft-T0.1", _svt_engine("dsft", 0.1)),
+]
 
 
 class _EngineDrawers:
