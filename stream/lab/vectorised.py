@@ -5,12 +5,12 @@ engine (:func:`stream.lab.evaluate.run_method`) costs about 0.75 ms per step in 
 accounting and one-value exact noise draws, so 20 runs of 1,000 timesteps took ~15 s per method.
 The runs are independent, so here all R runs of a method go in one pass per timestep: the state of
 each run (its window ledger, SVT instance, PID controller, last release, group, filter) is a row of
-an array. Uniform, fixed and Sample have no rule here: the kernel calls the policy's own
+an array. Uniform, fixed, Sample, DSAT and DSFT have no rule here: the kernel calls the policy's own
 ``decide_runs`` (the rule the service runs with one run); the ledger is
 :class:`controller.ledger.UnitLedger` in units of the policy's declared ``charges()``; DSAT's PID
 update is :meth:`controller.pid.PIDController.update_runs`; LPA's scale and expected error are the
-mechanism's. DSAT/DSFT's SVT steps, BD/BA, PeGaSus and FAST_w are still written once more over
-arrays here (issue 29, not finished).
+mechanism's. BD/BA, PeGaSus and FAST_w are still written once more over arrays here (issue 29, not
+finished).
 
 **Evaluation only.** Nothing here publishes or is used by the service: the service (and ``dpstream
 replay``) always steps :class:`controller.step.Engine`, whose accountant is the one that enforces
