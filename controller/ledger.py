@@ -46,6 +46,7 @@ RENEW_HELD = 1
 RENEW_EXTENDED = 2
 #: a new running entry of ``amount`` was charged at ``t``
 RENEW_STARTED = 3
+# the codes are ordered: ``outcome >= RENEW_EXTENDED`` is "the running entry now covers t"
 
 #: per run: ``{end timestep: ε of the live entries ending there}``, total ε, max window ε
 LedgerView = tuple[dict[int, Fraction], Fraction, Fraction]

@@ -466,13 +466,13 @@ class WEventSamplingPolicy(_SamplingPolicyBase):
         # w − 1 timesteps after its last query the window holds its entry and nothing else.
         outcome, handles = ledger.renew(t, active, state.handle[active], state.e_instance, e_rel, "decision")
         state.handle[active] = handles
+        rows = active[outcome >= RENEW_EXTENDED]  # the instance's entry covers t: it may be queried
+        if not rows.size:
+            return RunsDecision(_NO_RUNS, _NO_RUNS), state
         started = active[outcome == RENEW_STARTED]
         if started.size:
             state.rho[started] = ctx.noise.laplace(started, state.threshold_scale, None)
             state.positives[started] = 0
-        rows = active[(outcome == RENEW_STARTED) | (outcome == RENEW_EXTENDED)]
-        if not rows.size:
-            return RunsDecision(_NO_RUNS, _NO_RUNS), state
         nu = ctx.noise.laplace(rows, state.query_scale, None)
         d = ctx.l1(rows)
         if self.adaptive:
