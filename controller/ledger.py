@@ -2,7 +2,8 @@
 
 A policy stepping R independent runs at once asks its ledger, per run, whether a charge fits
 (:meth:`RunsLedger.can_spend` gives a boolean mask), and charges or stretches entries for a subset
-of runs (``rows``). Two ledgers implement the interface:
+of runs (``rows``); :meth:`RunsLedger.renew` keeps a w-event SVT instance's running entry (stretch it,
+or start a new one, only if a release could still be paid after). Two ledgers implement the interface:
 
 * :class:`AccountantLedger` — R exact :class:`~controller.accountant.WindowAccountant`\\ s (``Fraction``
   arithmetic). This is the service's authority (the service runs R = 1, on the engine state's own
@@ -15,7 +16,7 @@ of runs (``rows``). Two ledgers implement the interface:
 Amounts are given in the ledger's own representation (:meth:`RunsLedger.amount`: a ``Fraction``
 for the accountant ledger, an ``int`` of units for the unit ledger), so a policy converts each
 declared charge once. ``tests/controller/test_ledger_law.py`` drives both with the same random
-spend/extend sequences and checks identical answers and identical state (:meth:`RunsLedger.view`).
+spend/extend/renew sequences and checks identical answers and identical state (:meth:`RunsLedger.view`).
 
 Window law (``docs/privacy.md`` §4): an entry spans ``[start, end]`` and counts in full in every
 window of ``w`` timesteps it touches; spends come in timestep order, so at timestep ``t`` the fullest
@@ -34,7 +35,18 @@ import numpy as np
 from controller.accountant import WindowAccountant
 from controller.errors import InsufficientBudgetError
 
-__all__ = ["RunsLedger", "AccountantLedger", "UnitLedger", "LedgerView", "charge_unit"]
+__all__ = ["RunsLedger", "AccountantLedger", "UnitLedger", "LedgerView", "charge_unit",
+           "RENEW_NONE", "RENEW_HELD", "RENEW_EXTENDED", "RENEW_STARTED"]
+
+#: :meth:`RunsLedger.renew` outcomes, one per row: nothing charged and no running entry (``-1``)
+RENEW_NONE = 0
+#: nothing charged; the running entry is kept as it was (it could be stretched, the reserve could not follow)
+RENEW_HELD = 1
+#: the running entry now covers ``t`` (no new ε in the window ending at ``t``: it already counted there)
+RENEW_EXTENDED = 2
+#: a new running entry of ``amount`` was charged at ``t``
+RENEW_STARTED = 3
+# the codes are ordered: ``outcome >= RENEW_EXTENDED`` is "the running entry now covers t"
 
 #: per run: ``{end timestep: ε of the live entries ending there}``, total ε, max window ε
 LedgerView = tuple[dict[int, Fraction], Fraction, Fraction]
@@ -79,6 +91,25 @@ class RunsLedger(Protocol):
 
     def extend(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any) -> np.ndarray:
         """Stretch each entry to cover ``t``; returns the entries' new handles."""
+        ...
+
+    def renew(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any, reserve: Any,
+              purpose: str) -> tuple[np.ndarray, np.ndarray]:
+        """Keep one running entry of ``amount`` per run covering ``t``, leaving ``reserve`` free.
+
+        For each run ``rows[i]``, whose running entry is ``handles[i]`` (``-1``: none):
+
+        * the entry still counts in the window ending at ``t`` (its end >= ``t-w+1``): stretch it to
+          ``t`` (which adds nothing to that window) if ``reserve`` more would then fit
+          (:data:`RENEW_EXTENDED`), else charge nothing and keep it (:data:`RENEW_HELD`);
+        * otherwise (none, or it has left the window): charge a new entry of ``amount`` at ``t`` if
+          ``amount + reserve`` fit (:data:`RENEW_STARTED`), else charge nothing (:data:`RENEW_NONE`,
+          handle ``-1``: an entry that left the window is never stretched back into it).
+
+        Returns the outcome (int8) and the running entry's handle after the call, per row. This is a
+        w-event SVT instance's lifetime (``docs/privacy.md`` §4): its entry spans the timesteps it
+        queries, and a query is only asked when a positive's release (``reserve``) could be paid.
+        """
         ...
 
     def view(self, t: int, run: int) -> LedgerView:
@@ -135,6 +166,26 @@ class AccountantLedger:
         out = [self.accountants[r].extend(h, t).seq
                for r, h in zip(np.asarray(rows).tolist(), np.asarray(handles).tolist(), strict=True)]
         return np.array(out, dtype=np.int64)
+
+    def renew(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any, reserve: Any,
+              purpose: str) -> tuple[np.ndarray, np.ndarray]:
+        amount, reserve = Fraction(amount), Fraction(reserve)
+        rows_l = np.asarray(rows).tolist()
+        outcome = np.zeros(len(rows_l), dtype=np.int8)
+        out = np.full(len(rows_l), -1, dtype=np.int64)
+        for i, (r, h) in enumerate(zip(rows_l, np.asarray(handles).tolist(), strict=True)):
+            acct = self.accountants[r]
+            used = acct.window_spend(t)
+            # a window accountant only drops entries that ended before t-w+1: a live handle is found
+            entry = next((e for e in acct.entries if e.seq == h), None) if h >= 0 else None
+            if entry is not None and entry.end >= t - self.w + 1:
+                if used + reserve <= self.epsilon:
+                    out[i], outcome[i] = acct.extend(h, t).seq, RENEW_EXTENDED
+                else:
+                    out[i], outcome[i] = h, RENEW_HELD
+            elif used + amount + reserve <= self.epsilon:
+                out[i], outcome[i] = acct.spend(t, amount, purpose).seq, RENEW_STARTED
+        return outcome, out
 
     def view(self, t: int, run: int) -> LedgerView:
         acct = self.accountants[run]
@@ -243,6 +294,36 @@ class UnitLedger:
         self._used = used
         self.max[rows] = np.maximum(self.max[rows], new)  # rows are distinct
         return np.full(rows.size, t, dtype=np.int64)
+
+    def renew(self, t: int, rows: np.ndarray, handles: np.ndarray, amount: Any, reserve: Any,
+              purpose: str) -> tuple[np.ndarray, np.ndarray]:
+        used_all = self.used(t)
+        room = self.cap - used_all[rows]
+        inside = handles >= max(0, t - self.w + 1)  # handles are end timesteps; -1 is none
+        extend = inside & (room >= reserve)
+        start = ~inside & (room >= amount + reserve)
+        outcome = inside.astype(np.int8)  # RENEW_HELD where inside, RENEW_NONE elsewhere
+        out = np.where(inside, handles, -1)
+        if extend.any():
+            # the entry already counts in the window ending at t: moved to t, no window sum changes
+            # (nor the largest: it was reached when the entry and the rest of this window were charged)
+            ext_rows = rows[extend]
+            self.E[ext_rows, handles[extend]] -= amount  # an entry already ending at t moves onto itself
+            self.E[ext_rows, t] += amount
+            outcome[extend] = RENEW_EXTENDED
+            out[extend] = t
+        if start.any():
+            new_rows = rows[start]
+            new = self.cap - room[start] + amount
+            self.E[new_rows, t] += amount
+            self.total[new_rows] += amount
+            used_all = used_all.copy()  # a new array: what callers read before stays as it was
+            used_all[new_rows] = new
+            self._used = used_all
+            self.max[new_rows] = np.maximum(self.max[new_rows], new)  # rows are distinct
+            outcome[start] = RENEW_STARTED
+            out[start] = t
+        return outcome, out
 
     def view(self, t: int, run: int) -> LedgerView:
         row = self.E[run]

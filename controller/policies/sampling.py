@@ -26,6 +26,11 @@ with each query); each fresh release costs ``(1−k)ε/C``; at most C fresh
 releases per window. So any window holds at most ``C+1`` instances and ``C``
 releases: ``(C+1)·kε/(C+1) + C·(1−k)ε/C = ε``. The window accountant checks
 every charge before any noise is drawn (``docs/privacy.md`` §4).
+
+The w-event rule is written once, over a runs axis (:meth:`WEventSamplingPolicy.decide_runs`, state
+:class:`SamplingRuns`): the lab steps R runs with it, and the service's :meth:`~WEventSamplingPolicy.
+decide` / :meth:`~WEventSamplingPolicy.on_fresh` run it with R = 1 on the engine's own accountant,
+converting the journaled :class:`SamplingState` to one run and back (its JSON is unchanged).
 """
 
 from __future__ import annotations
@@ -33,17 +38,30 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import cached_property
 from typing import Any, ClassVar
+
+import numpy as np
 
 from controller.accountant import Accountant, UserLevelAccountant, WindowAccountant
 from controller.errors import ConfigurationError, StateError
+from controller.ledger import RENEW_EXTENDED, RENEW_STARTED
 from controller.pid import PIDController, PIDState
-from controller.policies.base import REPUBLISH, Decision, DecisionContext, fresh
+from controller.policies.base import (
+    REPUBLISH,
+    Decision,
+    DecisionContext,
+    RunsContext,
+    RunsDecision,
+    amounts_for,
+    decide_one,
+    fresh,
+)
 from controller.svt import Split, SVTCalibration
 from controller.units import UserLevel, WEvent
 from histogram.distance import l1_distance
 
-__all__ = ["SVTInstance", "SamplingState", "DistanceSamplingPolicy", "WEventSamplingPolicy"]
+__all__ = ["SVTInstance", "SamplingState", "SamplingRuns", "DistanceSamplingPolicy", "WEventSamplingPolicy"]
 
 
 @dataclass(frozen=True)
@@ -94,9 +112,89 @@ class SamplingState:
             raise StateError(f"malformed sampling-policy state: {exc}") from exc
 
 
+@dataclass
+class SamplingRuns:
+    """R runs of :class:`WEventSamplingPolicy`: one row per run (the policy updates them in place).
+
+    ``rho`` is secret (each run's SVT threshold noise); everything else is public. The service's
+    one run is converted from and back to :class:`SamplingState` every call (the journal's form).
+
+    Attributes:
+        handle: ``(R,)`` ledger handle of each run's live AboveThreshold instance's entry (-1: none;
+            :meth:`controller.ledger.RunsLedger.renew`).
+        rho: ``(R,)`` the instance's threshold noise (secret).
+        positives: ``(R,)`` the instance's positives (0: a w-event instance halts at its first).
+        queries: ``(R,)`` SVT queries asked so far.
+        fresh: ``(R, w)`` fresh release at timestep ``s`` in column ``s % w`` (the last w timesteps).
+        floor: ``(R,)`` public noise floor of each run's last release, in counts (0 before any, or
+            when ``noise_floor`` is off).
+        threshold, errors, last_error, last_time, updates: DSAT's PID state per run
+            (:meth:`controller.pid.PIDController.update_runs`); DSFT leaves them unused.
+        threshold_scale, query_scale: the SVT's noise scales (the same objects every timestep).
+        per_instance, per_release: the charges (``Fraction``).
+        fixed_threshold: DSFT's threshold in counts, rounded up.
+    """
+
+    handle: np.ndarray
+    rho: np.ndarray
+    positives: np.ndarray
+    queries: np.ndarray
+    fresh: np.ndarray
+    floor: np.ndarray
+    threshold: np.ndarray
+    errors: list[np.ndarray]
+    last_error: np.ndarray
+    last_time: np.ndarray
+    updates: int
+    threshold_scale: Fraction
+    query_scale: Fraction
+    per_instance: Fraction
+    per_release: Fraction
+    fixed_threshold: int
+    ceil_cache: dict[float, int] = field(default_factory=dict)
+    floor_value: int | None = None
+    ledger: Any = None  # the ledger the two amounts below are in (the lab's stays the same)
+    e_instance: Any = None
+    e_release: Any = None
+    e_releases: np.ndarray | None = None  # e_release per run (read-only; RunsDecision.amounts slices it)
+
+    def amounts(self, ledger: Any) -> None:
+        """The charges in ``ledger``'s representation (converted once per ledger)."""
+        if ledger is not self.ledger:
+            self.ledger = ledger
+            self.e_instance, self.e_release = ledger.amount(self.per_instance), ledger.amount(self.per_release)
+            self.e_releases = amounts_for(self.e_release, self.handle)
+            self.e_releases.flags.writeable = False
+
+
+_NO_RUNS = np.zeros(0, dtype=np.int64)
+_NO_RUNS.flags.writeable = False
+_ONE_RUN = np.zeros(1, dtype=np.int64)
+_ONE_RUN.flags.writeable = False
+
+
 def _threshold_counts(threshold: float, population: int) -> Fraction:
     """Public threshold in counts: T (normalised) × n (declared population)."""
     return Fraction(repr(float(threshold))) * population
+
+
+def _ceil_thresholds(x: np.ndarray, population: int, cache: dict[float, int]) -> np.ndarray:
+    """``ceil(Fraction(repr(x)) · population)`` per entry: :func:`_threshold_counts` rounded up (exact).
+
+    The test compares an integer with the threshold, and an integer ``d ≥ q`` iff ``d ≥ ceil(q)``.
+    The float product ``x · population`` is within about one ulp of the exact rational, so its
+    ceiling is the exact one unless it lies within 1e-9 (relative) of a whole number; there the
+    exact rational is computed (and cached by ``x``)."""
+    p = x * population
+    out = np.ceil(p).astype(np.int64)
+    near = np.abs(p - np.rint(p)) <= 1e-9 * np.maximum(1.0, np.abs(p))
+    for i in np.flatnonzero(near).tolist():
+        v = float(x[i])
+        hit = cache.get(v)
+        if hit is None:
+            hit = cache[v] = math.ceil(_threshold_counts(v, population))
+        out[i] = hit
+    return out
 
 
 def _noise_floor(ctx: DecisionContext) -> int:
@@ -307,59 +405,142 @@ class WEventSamplingPolicy(_SamplingPolicyBase):
     def new_accountant(self) -> Accountant:
         return WindowAccountant(self.unit.epsilon, self.unit.w)
 
-    def _window_fresh(self, state: SamplingState, t: int) -> tuple[int, ...]:
-        return tuple(s for s in state.recent_fresh if s > t - self.unit.w)
+    # -- the rule, over a runs axis ---------------------------------------------------------------
+    def reset_runs(self, runs: int) -> SamplingRuns:
+        """The state of ``runs`` runs before the first timestep."""
+        return self._runs(runs, self.pid.reset() if self.adaptive else None)
+
+    @cached_property
+    def _constants(self) -> tuple[Fraction, Fraction, Fraction, Fraction, int]:
+        """The SVT's two noise scales, the two charges and DSFT's threshold in counts (computed once
+        per policy: the service converts its one run every timestep)."""
+        cal = self.calibration
+        return (cal.threshold_scale, cal.query_scale, self.per_instance, self.per_release,
+                math.ceil(_threshold_counts(self.threshold, self.population)))
+
+    def _runs(self, runs: int, pid: PIDState | None) -> SamplingRuns:
+        threshold_scale, query_scale, per_instance, per_release, fixed_threshold = self._constants
+        zeros = np.zeros(runs, dtype=np.int64)
+        if pid is None:
+            pid = PIDState(float(self.threshold))
+        return SamplingRuns(
+            handle=np.full(runs, -1, dtype=np.int64), rho=zeros.copy(), positives=zeros.copy(), queries=zeros.copy(),
+            fresh=np.zeros((runs, self.unit.w), dtype=bool), floor=zeros.copy(),
+            threshold=np.full(runs, pid.threshold),
+            errors=list(np.array(pid.errors, dtype=np.float64).reshape(-1, 1).repeat(runs, axis=1)),
+            last_error=np.full(runs, pid.last_sample_error), last_time=np.full(runs, pid.last_sample_time),
+            updates=pid.updates, threshold_scale=threshold_scale, query_scale=query_scale,
+            per_instance=per_instance, per_release=per_release, fixed_threshold=fixed_threshold)
+
+    def decide_runs(self, state: SamplingRuns, ctx: RunsContext) -> tuple[RunsDecision, SamplingRuns]:
+        """Alg. 9, made sound, for every run: each run in its window asks its live AboveThreshold
+        instance (or a new one) whether the distance to its last release exceeds the threshold.
+
+        Order per run, as ``docs/privacy.md`` §4 states it: PID update (public), then the ledger
+        (:meth:`~controller.ledger.RunsLedger.renew`: the instance's entry stretched to ``t`` or a new
+        instance charged, only if the release a positive needs could still be paid), then the
+        draws (ρ for new instances, then ν), then the one comparison. A run that cannot pay, or has
+        ``C`` fresh releases in its window, republishes without reading data.
+        """
+        t, w, cutoff = ctx.timestep, self.unit.w, self.unit.cutoff
+        ledger = ctx.ledger
+        state.fresh[:, t % w] = False  # timestep t − w leaves the window
+        state.amounts(ledger)
+        e_rel = state.e_release
+        if t == 0:
+            rows = ledger.can_spend(t, e_rel).nonzero()[0]
+            return RunsDecision(rows, state.e_releases[:rows.size], "first timestep"), state
+        if self.adaptive and t <= self.burn_in:
+            return RunsDecision(_NO_RUNS, _NO_RUNS), state
+        in_window = state.fresh.sum(axis=1)
+        if self.adaptive:
+            state.threshold, state.errors = self.pid.update_runs(
+                state.threshold, state.errors, state.last_error, state.last_time, fresh_so_far=in_window,
+                timestep=t + 1, target_rate=cutoff / w, rate_over=min(t + 1, w))
+            state.updates += 1
+        active = (in_window < cutoff).nonzero()[0]
+        # An instance whose entry has left the window ending at t is not stretched back into it: a
+        # new instance (new ρ, charged anew) is started instead, so every query of an instance lies
+        # in a span its entry covers in full (§4). It never happens in a run of this rule: an
+        # instance is only left unqueried while the release a positive needs does not fit, and by
+        # w − 1 timesteps after its last query the window holds its entry and nothing else.
+        outcome, handles = ledger.renew(t, active, state.handle[active], state.e_instance, e_rel, "decision")
+        state.handle[active] = handles
+        rows = active[outcome >= RENEW_EXTENDED]  # the instance's entry covers t: it may be queried
+        if not rows.size:
+            return RunsDecision(_NO_RUNS, _NO_RUNS), state
+        started = active[outcome == RENEW_STARTED]
+        if started.size:
+            state.rho[started] = ctx.noise.laplace(started, state.threshold_scale, None)
+            state.positives[started] = 0
+        nu = ctx.noise.laplace(rows, state.query_scale, None)
+        d = ctx.l1(rows)
+        if self.adaptive:
+            threshold = _ceil_thresholds(state.threshold[rows], self.population, state.ceil_cache)
+        else:
+            threshold = state.fixed_threshold
+        if self.noise_floor:
+            threshold = threshold + state.floor[rows]
+        above = d + nu - state.rho[rows] >= threshold
+        state.queries[rows] += 1
+        fresh_rows = rows[above]
+        state.handle[fresh_rows] = -1  # AboveThreshold halts: the next query starts a new instance
+        return RunsDecision(fresh_rows, state.e_releases[:fresh_rows.size], "distance above threshold"), state
+
+    def after_runs(self, state: SamplingRuns, ctx: RunsContext, rows: np.ndarray,
+                   noisy: np.ndarray) -> tuple[np.ndarray, SamplingRuns]:
+        """The runs ``rows`` published a fresh release at ``ctx.timestep`` (published as drawn)."""
+        if self.noise_floor and state.floor_value is None:
+            assert ctx.mechanism is not None and ctx.counts is not None
+            bins = int(ctx.counts.size)
+            state.floor_value = math.ceil(ctx.mechanism.expected_abs_error(state.per_release, bins) * bins)
+        self._fresh_runs(state, ctx.timestep, rows, state.floor_value or 0)
+        return noisy, state
+
+    def _fresh_runs(self, state: SamplingRuns, t: int, rows: np.ndarray, floor: int) -> None:
+        state.fresh[rows, t % self.unit.w] = True
+        state.floor[rows] = floor
+        if self.adaptive:  # PIDController.sampled(state, t + 1): the error of the latest update
+            state.last_error[rows] = state.errors[-1][rows] if state.errors else 0.0
+            state.last_time[rows] = t + 1
+
+    # -- the service's one run: the same rule, R = 1 -------------------------------------------
+    def _one_run(self, state: SamplingState, t: int, floor: int) -> SamplingRuns:
+        """:class:`SamplingState` (the journal's form) at timestep ``t`` as one run."""
+        runs = self._runs(1, state.pid)
+        w = self.unit.w
+        for s in state.recent_fresh:
+            if s > t - w:
+                runs.fresh[0, s % w] = True
+        if state.instance is not None:
+            runs.handle[0], runs.rho[0], runs.positives[0] = state.instance.seq, state.instance.rho, \
+                state.instance.positives
+        runs.queries[0] = state.queries
+        runs.floor[0] = floor
+        return runs
+
+    def _from_one_run(self, runs: SamplingRuns, t: int, state: SamplingState) -> SamplingState:
+        """One run back to :class:`SamplingState` at timestep ``t`` (fresh timesteps in ``(t−w, t]``)."""
+        w = self.unit.w
+        recent = tuple(sorted(t - (t - int(j)) % w for j in np.flatnonzero(runs.fresh[0])))
+        handle = int(runs.handle[0])
+        instance = None if handle < 0 else SVTInstance(int(runs.rho[0]), handle, int(runs.positives[0]))
+        pid = state.pid
+        if self.adaptive and pid is not None:
+            pid = PIDState(float(runs.threshold[0]), tuple(float(e[0]) for e in runs.errors),
+                           float(runs.last_error[0]), int(runs.last_time[0]), runs.updates)
+        return SamplingState(instance, pid, recent, int(runs.queries[0]))
 
     def decide(self, state: SamplingState, ctx: DecisionContext) -> tuple[Decision, SamplingState]:
-        t, w, cutoff = ctx.timestep, self.unit.w, self.unit.cutoff
-        acct = ctx.accountant
-        assert isinstance(acct, WindowAccountant)
-        state = replace(state, recent_fresh=self._window_fresh(state, t))
-        if t == 0:
-            ok = acct.can_spend(t, self.per_release)
-            return (fresh(self.per_release, "first timestep") if ok else REPUBLISH), state
-        if self.adaptive and t <= self.burn_in:
-            return REPUBLISH, state
-        in_window = len(state.recent_fresh)
-        if self.adaptive:
-            assert state.pid is not None
-            state = replace(
-                state,
-                pid=self.pid.update(
-                    state.pid,
-                    fresh_so_far=in_window,
-                    timestep=t + 1,
-                    target_rate=cutoff / w,
-                    rate_over=min(t + 1, w),
-                ),
-            )
-        if in_window >= cutoff:
-            return REPUBLISH, state
-        calibration = self.calibration
-        instance = state.instance
-        live = instance is not None and any(e.seq == instance.seq for e in acct.entries)
-        if instance is not None and live and acct.can_extend(instance.seq, t):
-            probe = acct.copy()
-            probe.extend(instance.seq, t)
-            if not probe.can_spend(t, self.per_release):
-                return REPUBLISH, state  # no room for the release a positive would need
-            acct.extend(instance.seq, t)
-        else:
-            # start a new instance (the old one, if any, is abandoned: it stops reading data)
-            if not acct.can_spend(t, self.per_instance + self.per_release):
-                return REPUBLISH, replace(state, instance=None)
-            entry = acct.spend(t, self.per_instance, "decision")
-            instance = SVTInstance(int(ctx.noise.discrete_laplace(calibration.threshold_scale)), entry.seq)
-        assert instance is not None
-        above = _noisy_above(ctx, calibration, instance.rho, self._threshold_with_floor(state, ctx))
-        state = replace(state, queries=state.queries + 1)
-        if above:  # AboveThreshold halts: the next query starts a new instance
-            return fresh(self.per_release, "distance above threshold"), replace(state, instance=None)
-        return REPUBLISH, replace(state, instance=instance)
+        assert isinstance(ctx.accountant, WindowAccountant)
+        runs = self._one_run(state, ctx.timestep, _noise_floor(ctx) if self.noise_floor else 0)
+        decision, runs = decide_one(self, runs, ctx)
+        return decision, self._from_one_run(runs, ctx.timestep, state)
 
     def on_fresh(self, state: SamplingState, timestep: int) -> SamplingState:
-        state = replace(state, recent_fresh=self._window_fresh(state, timestep) + (timestep,))
-        return self._record_fresh(state, timestep)
+        runs = self._one_run(state, timestep, 0)
+        self._fresh_runs(runs, timestep, _ONE_RUN, 0)
+        return self._from_one_run(runs, timestep, state)
 
     def charges(self) -> tuple[Fraction, ...]:
         """kε/(C+1) per SVT instance, (1−k)ε/C per release."""

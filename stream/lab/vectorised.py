@@ -5,12 +5,12 @@ engine (:func:`stream.lab.evaluate.run_method`) costs about 0.75 ms per step in 
 accounting and one-value exact noise draws, so 20 runs of 1,000 timesteps took ~15 s per method.
 The runs are independent, so here all R runs of a method go in one pass per timestep: the state of
 each run (its window ledger, SVT instance, PID controller, last release, group, filter) is a row of
-an array. Uniform, fixed and Sample have no rule here: the kernel calls the policy's own
+an array. Uniform, fixed, Sample, DSAT and DSFT have no rule here: the kernel calls the policy's own
 ``decide_runs`` (the rule the service runs with one run); the ledger is
 :class:`controller.ledger.UnitLedger` in units of the policy's declared ``charges()``; DSAT's PID
 update is :meth:`controller.pid.PIDController.update_runs`; LPA's scale and expected error are the
-mechanism's. DSAT/DSFT's SVT steps, BD/BA, PeGaSus and FAST_w are still written once more over
-arrays here (issue 29, not finished).
+mechanism's. BD/BA, PeGaSus and FAST_w are still written once more over arrays here (issue 29, not
+finished).
 
 **Evaluation only.** Nothing here publishes or is used by the service: the service (and ``dpstream
 replay``) always steps :class:`controller.step.Engine`, whose accountant is the one that enforces
@@ -398,24 +398,6 @@ class _Run:
         return np.abs(self.truth[t] * (1 << 16) - fixed).sum(axis=1) >> 16
 
 
-def _ceil_threshold(x: np.ndarray, population: int, cache: dict[float, int]) -> np.ndarray:
-    """``ceil(Fraction(repr(x)) · population)`` per entry, as the policies compare (exact).
-
-    An integer ``d ≥ q`` iff ``d ≥ ceil(q)``. The float product decides unless it lies within 1e-9 of
-    a whole number, where the exact rational is computed (and cached)."""
-    p = x * population
-    c = np.ceil(p)
-    near = np.abs(p - np.rint(p)) <= 1e-9 * np.maximum(1.0, np.abs(p))
-    out = c.astype(np.int64)
-    for i in np.flatnonzero(near).tolist():
-        v = float(x[i])
-        hit = cache.get(v)
-        if hit is None:
-            hit = cache[v] = math.ceil(Fraction(repr(v)) * population)
-        out[i] = hit
-    return out
-
-
 class _Kernel:
     """One method's decision rule over R runs. ``decide`` returns the runs that publish fresh at ``t``
     and the ε of each (in units), after drawing any decision noise; ``after`` may replace the
@@ -465,104 +447,13 @@ class _PolicyKernel(_Kernel):
         return out
 
 
-class _Sampling(_Kernel):
-    """w-event DSAT/DSFT (:class:`controller.policies.sampling.WEventSamplingPolicy`)."""
-
-
-    def __init__(self, policy: WEventSamplingPolicy, run: _Run) -> None:
-        super().__init__(policy, run)
-        R = run.R
-        self.fresh_at = np.zeros((R, run.T), dtype=bool)
-        self.has_inst = np.zeros(R, dtype=bool)
-        self.inst_end = np.zeros(R, dtype=np.int64)
-        self.rho = np.zeros(R, dtype=np.int64)
-        self.e_inst = run.units(policy.per_instance)
-        self.e_rel = run.units(policy.per_release)
-        cal = policy.calibration
-        self.threshold_scale, self.query_scale = cal.threshold_scale, cal.query_scale
-        self.cache: dict[float, int] = {}
-        self.fixed_threshold = math.ceil(Fraction(repr(float(policy.threshold))) * policy.population)
-        floor = run.mech.expected_abs_error(policy.per_release, run.U) * run.U
-        self.floor = math.ceil(floor) if policy.noise_floor else 0
-        if policy.adaptive:
-            g = policy.pid.gains
-            self.g = g
-            self.thr = np.full(R, float(policy.pid.initial))
-            self.errors: list[np.ndarray] = []
-            self.last_err = np.zeros(R)
-            self.last_time = np.zeros(R, dtype=np.int64)
-
-    def _pid(self, t: int, in_window: np.ndarray) -> None:
-        """The policy's controller over the runs (:meth:`controller.pid.PIDController.update_runs`)."""
-        p = self.p
-        w = p.unit.w
-        self.thr, self.errors = p.pid.update_runs(
-            self.thr, self.errors, self.last_err, self.last_time, fresh_so_far=in_window, timestep=t + 1,
-            target_rate=p.unit.cutoff / w, rate_over=min(t + 1, w))
-
-    def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        p, run = self.p, self.run
-        w, cutoff = p.unit.w, p.unit.cutoff
-        none = np.zeros(0, dtype=np.int64)
-        if t == 0:
-            rows = run.ledger.can_spend(t, self.e_rel).nonzero()[0]
-            return rows, run.same(self.e_rel, rows.size)
-        if p.adaptive and t <= p.burn_in:
-            return none, none
-        in_window = self.fresh_at[:, max(0, t - w + 1):t].sum(axis=1)
-        if p.adaptive:
-            self._pid(t, in_window)
-        act = in_window < cutoff
-        ledger = run.ledger
-        used = ledger.used(t)
-        inside = self.inst_end >= t - w + 1
-        extend_used = used + np.where(inside, 0, self.e_inst)
-        can_ext = act & self.has_inst & (extend_used <= ledger.cap)
-        probe_ok = extend_used + self.e_rel <= ledger.cap
-        ext = can_ext & probe_ok
-        start = act & ~can_ext
-        start_ok = start & (used + self.e_inst + self.e_rel <= ledger.cap)
-        # runs that cannot start an instance drop theirs (REPUBLISH with instance=None)
-        self.has_inst &= ~(start & ~start_ok)
-        ext_rows = ext.nonzero()[0]
-        ledger.extend(t, ext_rows, self.inst_end[ext_rows], self.e_inst)
-        self.inst_end[ext_rows] = t
-        new_rows = start_ok.nonzero()[0]
-        ledger.spend(t, new_rows, self.e_inst, "decision")
-        if new_rows.size:
-            self.rho[new_rows] = run.noise.laplace(new_rows, self.threshold_scale, None)
-            self.has_inst[new_rows] = True
-            self.inst_end[new_rows] = t
-        q = ext | start_ok
-        rows = q.nonzero()[0]
-        if not rows.size:
-            return none, none
-        nu = run.noise.laplace(rows, self.query_scale, None)
-        d = run.l1(t, rows)
-        if p.adaptive:
-            threshold = _ceil_threshold(self.thr[rows], p.population, self.cache)
-        else:
-            threshold = self.fixed_threshold
-        if p.noise_floor:
-            threshold = threshold + np.where(run.has_last[rows], self.floor, 0)
-        above = d + nu - self.rho[rows] >= threshold
-        fresh_rows = rows[above]
-        self.has_inst[fresh_rows] = False
-        return fresh_rows, run.same(self.e_rel, fresh_rows.size)
-
-    def after(self, t: int, rows: np.ndarray, noisy: np.ndarray, eps: np.ndarray) -> np.ndarray:
-        self.fresh_at[rows, t] = True
-        if self.p.adaptive:  # pid.sampled(state, t + 1): the error of the latest update
-            self.last_err[rows] = self.errors[-1][rows] if self.errors else 0.0
-            self.last_time[rows] = t + 1
-        return noisy
 
 
 _KERNELS: dict[type, type[_Kernel]] = {
     UniformPolicy: _PolicyKernel,
     FixedPolicy: _PolicyKernel,
     SamplePolicy: _PolicyKernel,
-    WEventSamplingPolicy: _Sampling,
+    WEventSamplingPolicy: _PolicyKernel,
     BudgetDistribution: _PolicyKernel,
     BudgetAbsorption: _PolicyKernel,
     PegasusPolicy: _PolicyKernel,

@@ -2,8 +2,9 @@
 
 Hypothesis drives :class:`controller.ledger.AccountantLedger` (the service's authority) and
 :class:`controller.ledger.UnitLedger` (the lab's) with the same random sequences of spend and
-extend requests over R runs, and checks after every request that both gave the same answers
-(``can_spend`` / ``can_extend`` masks) and hold the same state (live ε by end timestep, total ε,
+extend requests (and ``renew``, an SVT instance's running entry) over R runs, and checks after every
+request that both gave the same answers (``can_spend`` / ``can_extend`` masks, ``renew`` outcomes)
+and hold the same state (live ε by end timestep, total ε,
 largest window ε). This replaces the per-method pairings of the lab kernels with the engine.
 """
 
@@ -32,7 +33,7 @@ def scenarios(draw):
     w = draw(st.integers(1, 6))
     timesteps = draw(st.integers(1, 25))
     # per timestep: a list of (op, charge index, runs bitmask)
-    op = st.tuples(st.sampled_from(["spend", "extend"]), st.integers(0, 5),
+    op = st.tuples(st.sampled_from(["spend", "extend", "renew"]), st.integers(0, 5),
                    st.integers(1, 2**runs - 1))
     steps = draw(st.lists(st.lists(op, max_size=4), min_size=timesteps, max_size=timesteps))
     return epsilon, charges, runs, w, steps
@@ -51,10 +52,22 @@ def test_both_ledgers_give_identical_answers_and_state(scenario):
     units = UnitLedger(epsilon, w, runs, len(steps), charges)
     # each run's extendable entries: (accountant seq, unit-ledger handle, charge index)
     live: list[list[tuple[int, int, int]]] = [[] for _ in range(runs)]
+    # each run's running entry for renew (of charges[0]; -1: none): accountant seq, unit-ledger handle
+    running_exact = np.full(runs, -1, dtype=np.int64)
+    running_units = np.full(runs, -1, dtype=np.int64)
     for t, ops in enumerate(steps):
         for kind, c, mask in ops:
             rows = np.array([r for r in range(runs) if mask >> r & 1], dtype=np.int64)
-            if kind == "spend":
+            if kind == "renew":  # reserve: one of the charges, or nothing (c = 5)
+                reserve = charges[c % len(charges)] if c < 5 else Fraction(0)
+                a, ha = exact.renew(t, rows, running_exact[rows], exact.amount(charges[0]),
+                                    exact.amount(reserve), "decision")
+                b, hb = units.renew(t, rows, running_units[rows], units.amount(charges[0]),
+                                    units.amount(reserve) if reserve else 0, "decision")
+                assert np.array_equal(a, b), f"renew outcomes at timestep {t}"
+                assert np.array_equal(ha < 0, hb < 0)
+                running_exact[rows], running_units[rows] = ha, hb
+            elif kind == "spend":
                 c %= len(charges)
                 e_exact, e_units = exact.amount(charges[c]), units.amount(charges[c])
                 ok_exact = exact.can_spend(t, e_exact)

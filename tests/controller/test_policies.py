@@ -352,7 +352,18 @@ def test_both_sampling_policies_check_their_parameters_alike(policy, unit, wrong
             policy(**{**ok, **bad})
 
 
-RUNS_CASES = [(u, m, e) for u, m, e in CASES if isinstance(e.policy, RunsPolicy)]
+def _svt_engine(decision, threshold, **kw):
+    spec = MethodSpec(decision, WEvent(Fraction(1), 8, 3), population=POPULATION, threshold=threshold, **kw)
+    return build_engine(spec, LaplaceMechanism(), BINS)
+
+
+# with the suite's defaults every DSAT/DSFT query is positive (the ledger alone decides); these runs
+# make the noisy comparison decide, differently in each run: ρ, ν, the PID and the noise floor count
+RUNS_CASES = [(u, m, e) for u, m, e in CASES if isinstance(e.policy, RunsPolicy)] + [
+    ("w-event", "dsat-noise-floor-pid",
+     _svt_engine("dsat", 0.1, noise_floor=True, burn_in=2, pid=PIDGains(theta_i=0.2, theta_d=0.3))),
+    ("w-event", "dsft-T0.1", _svt_engine("dsft", 0.1)),
+]
 
 
 class _RunDrawers:
@@ -414,7 +425,9 @@ def _check_runs_axis(unit, name, engine, timesteps):  # type: ignore[no-untyped-
         releases, _ = run(engine, counts, seed=r, state=state)
         expected.append([(x.timestep, x.epsilon_release) for x in releases if x.kind == "fresh"])
         expected_counts.append(np.stack([x.counts for x in releases]))
-    assert any(expected[0] != e for e in expected[1:]) or name == "uniform" and unit == "user-level"
+    # the runs differ (in decisions, or at least in what they publish), so a mix-up would show
+    assert any(expected[0] != e for e in expected[1:]) or any(
+        not np.array_equal(expected_counts[0], c) for c in expected_counts[1:])
     # the lab's unit ledger too: w-event's window, or user-level's one total (a window spanning the stream)
     ledgers = [AccountantLedger([policy.new_accountant() for _ in range(runs)]),
                UnitLedger.for_unit(policy.unit, runs, timesteps, policy.charges())]
@@ -442,7 +455,9 @@ def _check_runs_axis(unit, name, engine, timesteps):  # type: ignore[no-untyped-
             if decision.rows.size:
                 noisy = np.stack([mech.release(counts[t], eps, noise.drawers[r]).counts
                                   for r, eps in zip(decision.rows.tolist(), epsilons, strict=True)])
-                out = noisy if after_runs is None else after_runs(state, ctx, decision.rows, noisy)[0]
+                out = noisy
+                if after_runs is not None:
+                    out, state = after_runs(state, ctx, decision.rows, noisy)
                 last[decision.rows] = out
                 has_last[decision.rows] = True
             published[:, t] = last
