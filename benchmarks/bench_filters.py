@@ -230,12 +230,13 @@ def main() -> int:
                             maes[f"{m} delay {k}"] = got[m]
                     row = {"stream": stream, "epsilon": eps, "w": w, "runs": args.runs, "mae": maes,
                            "seconds": round(time.monotonic() - started, 1)}
-                    rows.append({**row, **judge(row)})
                     line = json.dumps(row)
                     print(line, file=sys.stderr, flush=True)
                     if args.rows:
                         with args.rows.open("a") as fh:
                             fh.write(line + "\n")
+                    if any(m in maes for m in PLAIN):  # (auto alone: judged with --from-rows over a grid's rows)
+                        rows.append({**row, **judge(row)})
     if not args.choices:
         print(json.dumps(summary(rows, args.runs), indent=1))
     return 0
