@@ -6,6 +6,12 @@ DSAT/DSFT, ``auto`` from the configuration alone and the zero release. Prints JS
         --rows rows.jsonl > filters.json
     # aggregate rows already written (e.g. after stopping a long grid):
     python3 benchmarks/bench_filters.py --from-rows rows.jsonl > filters.json
+    # auto's choice per setting only (the planner from the configuration alone: no evaluate run):
+    PYTHONPATH=. python3 benchmarks/bench_filters.py --choices --streams sine,census
+    # re-measure auto alone and tabulate it over the other methods' rows (later files win):
+    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_filters.py --runs 10 --methods auto --delays "" \
+        --rows auto.jsonl
+    python3 benchmarks/bench_filters.py --from-rows rows.jsonl auto.jsonl --markdown
 
 For each stream (the six ``dpstream generate`` families at scale 1000 with 1 bin; ``traffic``
 with ``--population 2000 --grid 4``: 16 cells, 15-minute timesteps, commuter rush hours every
@@ -73,6 +79,33 @@ def evaluate(config: dict, counts: Path, methods: list[str], runs: int, work: Pa
     if "plan" in data:
         out["_auto_choice"] = data["plan"].get("choice", {}).get("name")
     return out
+
+
+def choice(config: dict, work: Path) -> tuple[str, float]:
+    """The planner's choice for ``config`` with ``release.decision: auto`` (from the configuration
+    alone, as ``evaluate --methods auto`` runs it) and the seconds it took."""
+    from stream.config import load_settings
+    from stream.planning.planner import plan
+
+    cfg = work / "auto.yaml"
+    cfg.write_text(yaml.safe_dump({**config, "release": {**config.get("release", {}), "decision": "auto"}}))
+    started = time.monotonic()
+    chosen = plan(load_settings(cfg)).choice.name
+    return chosen, round(time.monotonic() - started, 1)
+
+
+def merge(rows: list[dict]) -> list[dict]:
+    """Rows of the same setting (stream, ε, w) merged in order: a later row's values win (e.g. auto
+    re-measured alone over a grid's rows); the first row's position is kept."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["stream"], r["epsilon"], r["w"])
+        if key in out:
+            out[key] = {**out[key], **{k: v for k, v in r.items() if k != "mae"},
+                        "mae": {**out[key]["mae"], **r["mae"]}}
+        else:
+            out[key] = r
+    return list(out.values())
 
 
 def judge(row: dict) -> dict:
@@ -158,9 +191,11 @@ def main() -> int:
     ap.add_argument("--rows", type=Path, help="append one JSON line per measured setting here")
     ap.add_argument("--from-rows", type=Path, nargs="+", help="only aggregate the JSON lines of earlier --rows files")
     ap.add_argument("--markdown", action="store_true", help="with --from-rows: print the docs/results.md tables")
+    ap.add_argument("--choices", action="store_true",
+                    help="only print auto's choice per setting (the planner alone, no evaluate run)")
     args = ap.parse_args()
     if args.from_rows:
-        rows = [json.loads(line) for f in args.from_rows for line in f.read_text().splitlines() if line.strip()]
+        rows = merge([json.loads(line) for f in args.from_rows for line in f.read_text().splitlines() if line.strip()])
         rows = [{**r, **judge(r)} for r in rows]
         print(markdown(rows) if args.markdown else json.dumps(summary(rows, rows[0]["runs"] if rows else 0), indent=1))
         return 0
@@ -181,6 +216,11 @@ def main() -> int:
                     started = time.monotonic()
                     config = json.loads(json.dumps(base))
                     config["privacy"].update({"epsilon": eps, "unit": "w-event", "w": w})
+                    if args.choices:
+                        chosen, seconds = choice(config, work)
+                        print(json.dumps({"stream": stream, "epsilon": eps, "w": w, "choice": chosen,
+                                          "seconds": seconds}), flush=True)
+                        continue
                     maes = evaluate(config, counts, methods, args.runs, work)
                     for k in [int(d) for d in args.delays.split(",") if d]:
                         delayed = json.loads(json.dumps(config))
@@ -190,13 +230,15 @@ def main() -> int:
                             maes[f"{m} delay {k}"] = got[m]
                     row = {"stream": stream, "epsilon": eps, "w": w, "runs": args.runs, "mae": maes,
                            "seconds": round(time.monotonic() - started, 1)}
-                    rows.append({**row, **judge(row)})
                     line = json.dumps(row)
                     print(line, file=sys.stderr, flush=True)
                     if args.rows:
                         with args.rows.open("a") as fh:
                             fh.write(line + "\n")
-    print(json.dumps(summary(rows, args.runs), indent=1))
+                    if any(m in maes for m in PLAIN):  # (auto alone: judged with --from-rows over a grid's rows)
+                        rows.append({**row, **judge(row)})
+    if not args.choices:
+        print(json.dumps(summary(rows, args.runs), indent=1))
     return 0
 
 

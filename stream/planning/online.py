@@ -101,7 +101,7 @@ def replanner(settings: Any, labels: tuple[str, ...]) -> Callable[[np.ndarray, t
         scores = []
         for i, label in enumerate(labels):
             s = candidate_settings(label)
-            errs = [_simulate(s, truth, NOISE_SEED + r, (post,))[post] for r in range(runs)]
+            errs = [_simulate(s, truth, NOISE_SEED + r, (post,))[0][post] for r in range(runs)]
             mae = float(np.mean(errs))
             scores.append((mae if np.isfinite(mae) else np.inf, label, i))
         best = min(scores)

@@ -231,3 +231,57 @@ def test_run_logs_the_choice_and_the_warnings(tmp_path, caplog) -> None:
     with caplog.at_level(logging.INFO, logger="dpstream.run"):
         _warn_about_configuration(_settings(decision="dsft", threshold=0.001))
     assert [r for r in caplog.records if r.levelno == logging.WARNING and "noise floor" in r.getMessage()]
+
+
+# -- the model filter among the candidates (issue 30 goal b) --------------------------------
+
+
+def test_the_planner_simulates_the_model_filter_and_publishes_its_chain() -> None:
+    """``m+model`` candidates exist for the schedules (uniform, fixed, Sample), are publishable
+    without a declared population (the filter learns its variance from the releases), and set
+    ``release.postprocess: model+nonnegative``; fast/pegasus get no filter."""
+    p = plan(_settings(epsilon=0.1, w=10))
+    models = {n for n in p.mae if n.endswith("+model")}
+    assert models == {f"{b}+model" for b in planner.MODEL_BASES}, models
+    assert not [n for n in p.mae if n.startswith(("fast+", "pegasus+")) and n.endswith(("+model", "+kalman"))]
+    c = planner.Candidate("fixed", "model")
+    assert c.publishable(None) and c.release_changes()["postprocess"] == "model+nonnegative"
+    Settings(**_config(decision="fixed")).validate_all().with_changes({"release": c.release_changes()})
+
+
+def test_model_errors_over_stacked_runs_equal_one_run_at_a_time() -> None:
+    """The filter steps runs with the same fresh timesteps together; each run's error must be what
+    that run alone through the service's PostProcessor gives."""
+    s = _settings(decision="fixed", epsilon=0.5, w=4, bins=3, population=300)
+    truths = [planner.scenario(f, 40, 3, 300) for f in ("sine", "trend", "sudden")]
+    traces = [planner._simulate(s, t, 7 + i, ("none",))[1] for i, t in enumerate(truths)]
+    together = planner._model_errors(s, truths, traces)
+    alone = [planner._model_errors(s, [t], [tr])[0] for t, tr in zip(truths, traces, strict=True)]
+    assert together == pytest.approx(alone, rel=1e-12)
+    # and one run alone is the service's chain applied release by release
+    from histogram.postprocess import PostProcessor
+
+    tr, truth = traces[0], truths[0]
+    post = PostProcessor.for_stream("model+nonnegative", population=300, bins=3)
+    state, err = post.initial(), 0.0
+    for t in range(truth.shape[0]):
+        out = np.zeros(3)
+        if tr.has[t]:
+            got, state = post.apply(state, tr.counts[t], tr.widths[t], tr.confidence, bool(tr.fresh[t]))
+            out = got.counts
+        err += np.abs(out - truth[t]).sum()
+    assert alone[0] == pytest.approx(err / truth.size, rel=1e-12)
+
+
+def test_rank_bounds_the_worst_case_and_guards_against_the_zero_release() -> None:
+    """The order is by the worst ratio to a stream's best (not by how many streams are within
+    1.1x: that chose Sample at ε = 0.1, w = 50, 2.4x the best on sine), and a candidate worse than
+    publishing zeros on some public stream comes last while another is not."""
+    _, order = planner.rank({"near-most": [10.0, 10.0, 10.0, 19.0], "even": [13.0, 13.0, 13.0, 13.0]})
+    assert order[0] == "even", order
+    zero = [100.0, 100.0, 100.0, 12.0]  # "even" loses to zeros on the last stream, "near-most" too
+    _, order = planner.rank({"near-most": [10.0, 10.0, 10.0, 19.0], "even": [13.0] * 4,
+                             "modest": [14.0, 14.0, 14.0, 11.0]}, zero=zero)
+    assert order[0] == "modest", order
+    _, order = planner.rank({"even": [13.0] * 4, "near-most": [10.0, 10.0, 10.0, 19.0]}, zero=zero)
+    assert order[0] == "even", order  # every candidate loses to zeros somewhere: the guard stands aside
