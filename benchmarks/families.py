@@ -29,7 +29,7 @@ from histogram.noise import Randomness
 from stream.config import Settings
 from stream.lab.evaluate import check_methods, evaluate, split_method
 from stream.lab.generate import build_config
-from stream.lab.vectorised import SHARED_DECISIONS
+from stream.lab.runner import SHARED_DECISIONS
 from stream.planning.families import FAMILIES, FamilyParams, family_attributes, family_series
 
 PLAIN = ("uniform", "fixed", "sample", "bd", "ba")

@@ -387,7 +387,7 @@ class GeneratorDrawer:
         ``{0, …, t−1}`` kept with probability ``exp(−U/t)``, ``V`` geometric, ``X = U + tV``. It
         depends on ``t`` only, so one block of draws serves every scale ``t/s``: ``⌊X/s⌋`` with a fair
         sign, ``(−, 0)`` rejected, is ``DLap(t/s)`` exactly (how the lab draws many scales that each
-        occur once, :class:`stream.lab.vectorised.PooledNoise`). ``t`` is a positive int below 2⁴⁰.
+        occur once, :class:`stream.lab.noise.PooledNoise`). ``t`` is a positive int below 2⁴⁰.
         """
         if isinstance(t, bool) or not isinstance(t, int | np.integer) or not 0 < int(t) < _EXACT_LIMIT:
             raise NoiseError(f"discrete_exponential needs an integer 0 < t < 2**40, got {t!r}")

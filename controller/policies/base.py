@@ -182,7 +182,7 @@ class RunsPolicy(Protocol):
     """A policy whose decision rule is written over a runs axis (uniform, fixed, Sample, …).
 
     Optional, for policies with state or a smoother (the lab's one runner,
-    ``stream.lab.vectorised._PolicyKernel``, calls them when present):
+    ``stream.lab.runner.run_many``, calls them when present):
 
     * ``reset_runs(runs: int) -> state`` — the state of R runs before the first timestep
       (arrays with a leading runs axis; default ``None``);

@@ -9,7 +9,7 @@ data, and how wrong would it have been?" It runs the service's release path:
 2. for each method, the configuration is re-validated with only
    ``release.decision`` changed, and the method is run ``runs`` times on the same truth through
    one of two paths over the service's own code (one dispatch, :func:`_evaluate_method`):
-   the runner (:func:`stream.lab.vectorised.run_vectorised`) steps the policy's own
+   the runner (:func:`stream.lab.runner.run_many`) steps the policy's own
    ``decide_runs`` over all runs at once, with an exact integer ledger
    (:class:`controller.ledger.UnitLedger`) and LPA's exact sampler; where it cannot go, the engine
    (``settings.engine()``, ``Engine.step``) is stepped once per run with
@@ -19,10 +19,10 @@ data, and how wrong would it have been?" It runs the service's release path:
 **Noise source.** The engine path draws from the service's drawers (the drawer of timestep ``t``
 is ``drawer(stream.id, t)``, as the service draws it), so ``dpstream replay --seed seed+r``
 reproduces run ``r`` bit for bit. The runner by default draws the same exact sampler in blocks
-(:class:`stream.lab.vectorised.PooledNoise`): the engine's distribution, not its values.
+(:class:`stream.lab.noise.PooledNoise`): the engine's distribution, not its values.
 ``replayable=True`` (``evaluate --replayable``) gives the runner the engine's own drawers
-(:class:`stream.lab.vectorised.EngineNoise`), so its run ``r`` too is what ``replay --seed
-seed+r`` publishes (``tests/stream/lab/test_vectorised.py`` checks every method that way). The
+(:class:`stream.lab.noise.EngineNoise`), so its run ``r`` too is what ``replay --seed
+seed+r`` publishes (``tests/stream/lab/test_runner.py`` checks every method that way). The
 service never uses the runner. Methods run in parallel processes (``jobs``); the result does
 not depend on how many.
 
@@ -184,8 +184,8 @@ def _evaluate_method(
 
     One dispatch, two run paths over the same engine code:
 
-    * **the runner** (:func:`stream.lab.vectorised.run_vectorised`) for every configuration it
-      covers (:func:`~stream.lab.vectorised.vector_eligible`: LPA, the w-event methods, user-level
+    * **the runner** (:func:`stream.lab.runner.run_many`) for every configuration it
+      covers (:func:`~stream.lab.runner.runner_eligible`: LPA, the w-event methods, user-level
       uniform and fixed, any ``release.postprocess`` and ``release.delay`` for the methods whose
       runs decide alike): the policies' own ``decide_runs`` over all R runs at once. The noise is a
       choice of source: block draws keyed by the base method by default (:class:`PooledNoise`: "m"
@@ -200,12 +200,13 @@ def _evaluate_method(
       rule yet), and a stateful post-processor behind a data-dependent method (its runs release
       fresh at different timesteps, so the filter cannot step them as one stack).
     """
-    from stream.lab.vectorised import EngineNoise, PooledNoise, run_vectorised, vector_eligible
+    from stream.lab.noise import EngineNoise, PooledNoise
+    from stream.lab.runner import run_many, runner_eligible
 
-    if vector_eligible(s):
+    if runner_eligible(s):
         noise = (EngineNoise(seed, s.stream.id) if replayable
                  else PooledNoise(seed, s.stream.id, split_method(name)[0]))
-        res = run_vectorised(s, workload, runs, noise, tick=tick)
+        res = run_many(s, workload, runs, noise, tick=tick)
         traces = [RunTrace(res.metrics[r], [None if x < 0 else x for x in res.sources[r].tolist()])
                   for r in range(runs)]
     elif s.privacy.personal is not None:

@@ -3,7 +3,7 @@
 Everything the lab runs steps :class:`controller.step.Engine` (the service's code):
 :func:`run_method` steps it once (:func:`controller.runs.step_run`, the step loop the planner shares) over a workload with the service's noise drawers
 (``Randomness.seeded(seed)``; ``dpstream replay --seed seed`` publishes the same), and the
-run-vectorised lab path (:mod:`stream.lab.vectorised`) steps the same policies' rules over R runs.
+lab's runner (:mod:`stream.lab.runner`) steps the same policies' rules over R runs.
 :mod:`stream.lab.evaluate`, :mod:`stream.lab.personal` and :mod:`stream.lab.recommend` import
 these from here (none of them imports back from ``evaluate``).
 """

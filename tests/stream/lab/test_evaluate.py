@@ -136,11 +136,12 @@ def test_w_event_window_spend_never_exceeds_epsilon():
         assert entry["max_window_spend"] <= 1.0 + 1e-12, name
     # every run's figure, not only the mean (a confidence interval of a bounded mean may pass the bound)
     from stream.lab.evaluate import check_methods
-    from stream.lab.vectorised import PooledNoise, run_vectorised
+    from stream.lab.noise import PooledNoise
+    from stream.lab.runner import run_many
 
     wl = Workload.build(_truth(30), s.domain().shape, queries=0, seed=2)
     for name, ms in check_methods(s, ["dsat", "bd", "ba", "uniform", "fixed"]).items():
-        runs = run_vectorised(ms, wl, 20, PooledNoise(2, ms.stream.id, name)).metrics
+        runs = run_many(ms, wl, 20, PooledNoise(2, ms.stream.id, name)).metrics
         assert max(m["max_window_spend"] for m in runs) <= 1.0, name
     # the stream total grows with the number of windows (uniform spends ε/w every timestep)
     assert res["methods"]["uniform"]["epsilon_spent"] == pytest.approx(30 / 5)

@@ -62,10 +62,11 @@ def test_engine_path_and_true_versions_are_pinned_bit_for_bit(stream):
 
 
 def test_runner_and_reference_rows_are_pinned(stream):
-    from stream.lab.vectorised import EngineNoise, run_vectorised
+    from stream.lab.noise import EngineNoise
+    from stream.lab.runner import run_many
 
     per, w = stream
-    fast = run_vectorised(per["uniform"], w, 3, EngineNoise(7, per["uniform"].stream.id))
+    fast = run_many(per["uniform"], w, 3, EngineNoise(7, per["uniform"].stream.id))
     assert [[m[k] for k in KEYS] for m in fast.metrics] == [pytest.approx(row, rel=1e-12) for row in FAST]
     refs = ev.reference_rows(w)
     assert {n: [refs[n][k] for k in KEYS] for n in REFERENCES} == {

@@ -1,4 +1,4 @@
-"""The lab's runner (:func:`stream.lab.vectorised.run_vectorised`) where ``run_fast`` used to go:
+"""The lab's runner (:func:`stream.lab.runner.run_many`) where ``run_fast`` used to go:
 user-level uniform and fixed (a unit ledger whose window spans the stream), and stateful or delayed
 post-processing (``kalman``, ``ewma``, ``model``, ``release.delay``) over the stack of runs.
 
@@ -21,7 +21,8 @@ from histogram.noise import Randomness
 from histogram.postprocess import PostProcessor
 from stream.config import Settings
 from stream.lab import evaluate as ev
-from stream.lab import vectorised as vec
+from stream.lab import noise as lab_noise
+from stream.lab import runner as vec
 from stream.lab.metrics import QueryIndex, Workload, summarise
 from tests.stream.lab.test_evaluate import _config, _settings, _truth
 
@@ -57,7 +58,7 @@ def _engine_runs(s, w, seed, runs):
 
 
 def _same_as_engine(s, w, seed: int, runs: int) -> bool:
-    res = vec.run_vectorised(s, w, runs, vec.EngineNoise(seed, s.stream.id))
+    res = vec.run_many(s, w, runs, lab_noise.EngineNoise(seed, s.stream.id))
     for r, trace in enumerate(_engine_runs(s, w, seed, runs)):
         if [-1 if x is None else x for x in trace.sources] != res.sources[r].tolist():
             return False
@@ -72,7 +73,7 @@ def _same_as_engine(s, w, seed: int, runs: int) -> bool:
 @pytest.mark.parametrize(("unit", "method", "post", "delay"), CASES, ids=["-".join(map(str, c)) for c in CASES])
 def test_the_runner_equals_the_engine_for_user_level_and_stateful_post_processing(unit, method, post, delay):
     s, w = _case(unit, method, post, delay)
-    assert vec.vector_eligible(s)
+    assert vec.runner_eligible(s)
     assert _same_as_engine(s, w, 11, 3)
 
 
@@ -111,7 +112,7 @@ def _equivalent(a: list[dict], b: list[dict], key: str) -> bool:
 def test_block_draws_have_the_engines_distribution(unit, method, post, delay):
     s, w = _case(unit, method, post, delay)
     runs = 40
-    fast = vec.run_vectorised(s, w, runs, vec.PooledNoise(11, s.stream.id, method)).metrics
+    fast = vec.run_many(s, w, runs, lab_noise.PooledNoise(11, s.stream.id, method)).metrics
     slow = [t.metrics for t in _engine_runs(s, w, 11, runs)]
     for key in ("fresh_releases", "epsilon_spent", "max_window_spend"):  # shared decisions: identical
         assert {m[key] for m in fast} == {m[key] for m in slow}
@@ -122,10 +123,10 @@ def test_block_draws_have_the_engines_distribution(unit, method, post, delay):
 def test_the_distribution_check_catches_block_draws_at_twice_the_scale(monkeypatch):
     s, w = _case("user-level", "uniform", "none", 0)
     slow = [t.metrics for t in _engine_runs(s, w, 5, 40)]
-    real = vec.PooledNoise.laplace_each
-    monkeypatch.setattr(vec.PooledNoise, "laplace_each",
+    real = lab_noise.PooledNoise.laplace_each
+    monkeypatch.setattr(lab_noise.PooledNoise, "laplace_each",
                         lambda self, rows, num, den, size: real(self, rows, num * 2, den, size))
-    broken = vec.run_vectorised(s, w, 40, vec.PooledNoise(5, s.stream.id, "uniform")).metrics
+    broken = vec.run_many(s, w, 40, lab_noise.PooledNoise(5, s.stream.id, "uniform")).metrics
     assert not _equivalent(broken, slow, "mae")
 
 
@@ -135,12 +136,12 @@ def test_where_the_runner_cannot_go_the_engine_runs():
     for unit, method, post in (("w-event", "dsat", "kalman"), ("user-level", "dsat", "none"),
                                ("user-level", "dsft", "nonnegative")):
         s, _ = _case(unit, method, post, 0)
-        assert not vec.vector_eligible(s), (unit, method, post)
+        assert not vec.runner_eligible(s), (unit, method, post)
     psd = _config("w-event", bins=10, w=4, cutoff=3)
     psd["release"].update(decision="uniform", mechanism="psd")
-    assert not vec.vector_eligible(Settings(**psd).validate_all())
+    assert not vec.runner_eligible(Settings(**psd).validate_all())
     s, w = _case("w-event", "dsat", "nonnegative+integer", 0)
-    assert vec.vector_eligible(s) and _same_as_engine(s, w, 4, 2)  # a stateless chain: the runner
+    assert vec.runner_eligible(s) and _same_as_engine(s, w, 4, 2)  # a stateless chain: the runner
 
 
 def test_a_stateful_chain_refuses_runs_that_decide_apart():

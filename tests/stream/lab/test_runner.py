@@ -1,7 +1,7 @@
-"""The run-vectorised lab kernels against the engine's step path.
+"""The lab's runner (policies' own runs-axis rules over R runs) against the engine's step path.
 
 * With :class:`EngineNoise` (each run draws from the engine's own drawers, in the engine's order) a
-  kernel must publish, decide and charge exactly what stepping the engine does: every published
+  run must publish, decide and charge exactly what stepping the engine does: every published
   count, every source timestep, every ε, and the metrics (to rounding of the sums).
 * With :class:`PooledNoise` (the default: same exact sampler, drawn in blocks) the runs have the
   engine's distribution: means within 4 standard errors.
@@ -19,7 +19,8 @@ from benchmarks.families import settings_for
 from histogram.noise import Randomness
 from histogram.postprocess import postprocess
 from stream.lab import evaluate as ev
-from stream.lab import vectorised as vec
+from stream.lab import noise as lab_noise
+from stream.lab import runner as vec
 from stream.lab.metrics import Workload
 from stream.planning.families import family_series
 from tests.histogram.test_noise_sampler import DRAWS, check_discrete_laplace
@@ -47,7 +48,7 @@ def _engine_run(s, w, seed):
 
 
 def _same_as_engine(s, w, seed: int, runs: int, noise=None) -> bool:
-    res = vec.run_vectorised(s, w, runs, noise or vec.EngineNoise(seed, s.stream.id), keep_published=True)
+    res = vec.run_many(s, w, runs, noise or lab_noise.EngineNoise(seed, s.stream.id), keep_published=True)
     for r in range(runs):
         published, trace = _engine_run(s, w, seed + r)
         if not np.array_equal(published, res.published[r]):
@@ -65,7 +66,7 @@ def _same_as_engine(s, w, seed: int, runs: int, noise=None) -> bool:
 @pytest.mark.parametrize("method", METHODS)
 def test_every_kernel_equals_the_engine_bit_for_bit(method):
     s, w = _small(method)
-    assert vec.vector_eligible(s)
+    assert vec.runner_eligible(s)
     assert _same_as_engine(s, w, 5, 3)
 
 
@@ -85,7 +86,7 @@ def test_kernels_equal_the_engine_on_a_benchmark_family_stream(method, epsilon, 
     assert _same_as_engine(s, wl, 7, 2)
 
 
-class _DoubledQueryNoise(vec.EngineNoise):
+class _DoubledQueryNoise(lab_noise.EngineNoise):
     """Deliberately wrong: the SVT query noise / dissimilarity test at twice its scale."""
 
     def __init__(self, seed, stream, target):
@@ -121,7 +122,7 @@ def _within(a: list[float], b: list[float]) -> bool:
 def test_pooled_noise_runs_have_the_engines_distribution(method):
     s, w = _small(method)
     runs = 40
-    fast = vec.run_vectorised(s, w, runs, vec.PooledNoise(3, s.stream.id, method))
+    fast = vec.run_many(s, w, runs, lab_noise.PooledNoise(3, s.stream.id, method))
     slow = [ev.run_method(s, w, Randomness.seeded(100 + r)) for r in range(runs)]
     for key in ("mae", "query_abs_error", "fresh_releases", "epsilon_spent", "max_window_spend"):
         assert _within([m[key] for m in fast.metrics], [t.metrics[key] for t in slow]), key
@@ -132,13 +133,13 @@ def test_the_distribution_check_catches_release_noise_at_twice_the_scale(monkeyp
     s, w = _small("bd")
     runs = 40
     slow = [ev.run_method(s, w, Randomness.seeded(100 + r)) for r in range(runs)]
-    real = vec.PooledNoise.laplace_each
+    real = lab_noise.PooledNoise.laplace_each
 
     def doubled(self, rows, num, den, size):
         return real(self, rows, num * 2, den, size)
 
-    monkeypatch.setattr(vec.PooledNoise, "laplace_each", doubled)
-    fast = vec.run_vectorised(s, w, runs, vec.PooledNoise(3, s.stream.id, "bd"))
+    monkeypatch.setattr(lab_noise.PooledNoise, "laplace_each", doubled)
+    fast = vec.run_many(s, w, runs, lab_noise.PooledNoise(3, s.stream.id, "bd"))
     assert not _within([m["mae"] for m in fast.metrics], [t.metrics["mae"] for t in slow])
 
 
@@ -147,7 +148,7 @@ SCALES = [Fraction(1, 2), Fraction(1), Fraction(7, 3), Fraction(20)]
 
 def _assembled(scale: Fraction, *, reject_negative_zero: bool = True) -> np.ndarray:
     """``scale`` interleaved with other scales, every scale rare (the assembled path)."""
-    noise = vec.PooledNoise(11, "s", "pmf")
+    noise = lab_noise.PooledNoise(11, "s", "pmf")
     noise.POOL_AFTER = 10**9  # never give a scale its own block
     others = [Fraction(1, 3), Fraction(9), Fraction(50, 7)]
     scales = [scale if i % 4 == 0 else others[i % 4 - 1] for i in range(4 * DRAWS)]
@@ -192,10 +193,10 @@ def test_evaluate_uses_the_kernels_and_replayable_steps_the_engine():
 
 def test_ineligible_configurations_take_the_engine_path():
     user = ev.check_methods(_settings("user-level", bins=10), ["dsat"])["dsat"]
-    assert not vec.vector_eligible(user)
-    with pytest.raises(ValueError, match="no vectorised lab path"):
-        vec.run_vectorised(user, Workload.build(_truth(5, 10), user.domain().shape, queries=0, seed=0), 2,
-                           vec.PooledNoise(0, "t", "x"))
+    assert not vec.runner_eligible(user)
+    with pytest.raises(ValueError, match="does not take"):
+        vec.run_many(user, Workload.build(_truth(5, 10), user.domain().shape, queries=0, seed=0), 2,
+                           lab_noise.PooledNoise(0, "t", "x"))
 
 
 def test_fast_w_survives_an_error_that_overflows_exp():
@@ -252,8 +253,8 @@ def test_schedule_path_makes_the_generic_kernels_decisions(method):
     """Uniform, fixed and Sample with block draws take one ledger row for every run: the same
     decisions, ε and window figures as the per-run kernel (which the engine comparison covers)."""
     s, w = _small(method)
-    fast = vec.run_vectorised(s, w, 6, vec.PooledNoise(3, s.stream.id, method))
-    generic = vec.run_vectorised(s, w, 6, vec.PooledNoise(3, s.stream.id, method), keep_published=True)
+    fast = vec.run_many(s, w, 6, lab_noise.PooledNoise(3, s.stream.id, method))
+    generic = vec.run_many(s, w, 6, lab_noise.PooledNoise(3, s.stream.id, method), keep_published=True)
     assert np.array_equal(fast.sources, generic.sources)
     assert np.array_equal(fast.fresh_units, generic.fresh_units)
     for key in ("fresh_releases", "epsilon_spent", "max_window_spend"):
