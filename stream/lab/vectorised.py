@@ -34,8 +34,9 @@ Exactness is kept where the engine has it:
   operations in the same order as the policies; ``math.exp`` and the ``Fraction(repr(x))`` threshold
   are evaluated exactly as the policies do.
 
-Eligible (:func:`vector_eligible`): w-event DSAT/DSFT, BD, BA, Sample, PeGaSus, FAST_w, uniform and
-fixed, with LPA and an element-wise ``release.postprocess`` (``none``, ``nonnegative``). Other
+Eligible (:func:`vector_eligible`): w-event DSAT/DSFT, BD, BA, Sample, PeGaSus, FAST_w, AdaPub,
+RescueDP (their own one-run rule stepped per run, each run's group sums released by
+:func:`controller.grouped.release_groups` as the engine does), uniform and fixed, with LPA and an element-wise ``release.postprocess`` (``none``, ``nonnegative``). Other
 configurations take the engine path.
 """
 
@@ -49,20 +50,23 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from controller.grouped import release_groups
 from controller.ledger import UnitLedger
 from controller.policies.base import RunsContext
 from controller.policies.baselines import FixedPolicy, UniformPolicy
+from controller.policies.grouping import AdaPubPolicy, RescueDPPolicy
 from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
 from controller.policies.sampling import WEventSamplingPolicy
 from controller.policies.wevent import FastPolicy, PegasusPolicy, SamplePolicy
-from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness
+from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness, RunDrawer
 from histogram.postprocess import STATEFUL, parse_chain, postprocess
 from stream.lab.metrics import RunErrors, Workload
 
 __all__ = ["LabNoise", "PooledNoise", "EngineNoise", "VectorResult", "vector_eligible", "run_vectorised"]
 
 #: decision methods with a run-vectorised kernel (under w-event privacy)
-VECTOR_METHODS = frozenset({"dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast"})
+VECTOR_METHODS = frozenset({"dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast",
+                            "adapub", "rescuedp"})
 
 
 class LabNoise(Protocol):
@@ -404,6 +408,8 @@ class _Kernel:
     releases (PeGaSus's smoother, FAST_w's filter)."""
 
     published_float = False
+    #: the fresh runs' group labels ``(len(rows), U)`` from the last ``decide`` (None: the mechanism's release)
+    groups: np.ndarray | None = None
 
     def __init__(self, policy: Any, run: _Run) -> None:
         self.p = policy
@@ -436,6 +442,7 @@ class _PolicyKernel(_Kernel):
         self.ctx = RunsContext(t, run.R, run.ledger, self.fresh_count, counts=run.truth[t], last=run.last,
                                has_last=run.has_last, noise=run.noise, mechanism=run.mech)
         decision, self.state = self.p.decide_runs(self.state, self.ctx)
+        self.groups = decision.groups
         self.fresh_count[decision.rows] += 1
         return decision.rows, decision.amounts
 
@@ -458,6 +465,8 @@ _KERNELS: dict[type, type[_Kernel]] = {
     BudgetAbsorption: _PolicyKernel,
     PegasusPolicy: _PolicyKernel,
     FastPolicy: _PolicyKernel,
+    AdaPubPolicy: _PolicyKernel,
+    RescueDPPolicy: _PolicyKernel,
 }
 
 
@@ -513,8 +522,13 @@ def run_vectorised(
         rows, eps = kernel.decide(t)
         if rows.size:
             ledger.spend(t, rows, eps, "publication")
-            num, den = mech.scale_in_units(eps, unit)  # LPA's own scale Δ/ε, reduced by the sampler
-            noisy = truth[t] + noise.laplace_each(rows, num, den, U)
+            if kernel.groups is None:
+                num, den = mech.scale_in_units(eps, unit)  # LPA's own scale Δ/ε, reduced by the sampler
+                noisy = truth[t] + noise.laplace_each(rows, num, den, U)
+            else:  # each run's noisy sums over its public groups: the engine's grouped release, one per run
+                confidence = getattr(mech, "confidence", 0.95)
+                noisy = [release_groups(truth[t], g, Fraction(int(e)) * unit, mech.sensitivity, RunDrawer(noise, r),
+                                        confidence) for r, g, e in zip(rows.tolist(), kernel.groups, eps, strict=True)]
             out = kernel.after(t, rows, noisy, eps)
             run.last[rows] = out
             run.has_last[rows] = True
