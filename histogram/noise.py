@@ -45,6 +45,7 @@ __all__ = [
     "NoiseDrawer",
     "RunsNoise",
     "DrawerNoise",
+    "RunDrawer",
     "GeneratorDrawer",
     "Randomness",
     "exact_scale",
@@ -131,6 +132,35 @@ class DrawerNoise:
         if len(runs) == 0:
             return np.zeros((0, int(size)), dtype=np.int64)
         return self.laplace(runs, Fraction(int(num[0]), int(den[0])), size)
+
+
+class RunDrawer:
+    """One run of a :class:`RunsNoise` seen as a :class:`NoiseDrawer` (the inverse of :class:`DrawerNoise`).
+
+    For a rule written for one run (AdaPub's, RescueDP's ``decide``) and the engine's grouped release
+    (:func:`controller.grouped.release_groups`) stepped per run over a lab source: each
+    :meth:`discrete_laplace` call is one call of the source for run ``run`` (``laplace_each`` for a
+    vector: pooled by scale, so the many scales of RescueDP's budgets stay cheap), so over
+    the engine's own drawers (``evaluate --replayable``) it draws what the engine draws, in its order.
+    Only discrete Laplace values are served.
+    """
+
+    def __init__(self, noise: RunsNoise, run: int) -> None:
+        self.noise = noise
+        self.rows = np.array([run], dtype=np.int64)
+
+    def discrete_laplace(self, scale: Fraction, size: int | None = None) -> np.ndarray | int:
+        sc = Fraction(scale)
+        if size is None:
+            return int(self.noise.laplace(self.rows, sc, None)[0])
+        values = self.noise.laplace_each(self.rows, np.array([sc.numerator]), np.array([sc.denominator]), int(size))
+        return np.asarray(values[0], dtype=np.int64)
+
+    def uniform_int(self, high: np.ndarray) -> np.ndarray:
+        raise NoiseError("RunDrawer serves discrete Laplace values only (a runs-axis noise source has no others)")
+
+    def bernoulli_exp(self, numerator: np.ndarray, denominator: int) -> np.ndarray:
+        raise NoiseError("RunDrawer serves discrete Laplace values only (a runs-axis noise source has no others)")
 
 
 def _check_scale(scale: Fraction) -> float:

@@ -170,11 +170,16 @@ def amounts_for(amount: Any, rows: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class RunsDecision:
     """The runs (``rows``, ascending) that publish fresh at this timestep, and the ε of each
-    (``amounts``, in the ledger's representation; one value per row). The others republish."""
+    (``amounts``, in the ledger's representation; one value per row). The others republish.
+
+    ``groups`` (optional): ``(len(rows), U)`` int64, each fresh run's group labels as
+    :attr:`Decision.groups` (public values only); the caller then releases each run's noisy group
+    sums (:func:`controller.grouped.release_groups`) for the policy's ``after_runs`` to publish."""
 
     rows: np.ndarray
     amounts: np.ndarray
     reason: str = ""
+    groups: np.ndarray | None = field(default=None, compare=False)
 
 
 @runtime_checkable
@@ -187,8 +192,9 @@ class RunsPolicy(Protocol):
     * ``reset_runs(runs: int) -> state`` — the state of R runs before the first timestep
       (arrays with a leading runs axis; default ``None``);
     * ``after_runs(state, ctx, rows, noisy) -> (published, state)`` — called after the fresh runs
-      ``rows`` were charged and drew their release ``noisy`` (``(len(rows), U)``); returns what they
-      publish (a smoother or filter of public values; default ``noisy``);
+      ``rows`` were charged and drew their release ``noisy`` (``(len(rows), U)``; for a decision with
+      ``groups``, one :class:`~histogram.mechanism.NoisyHistogram` of group sums per row); returns what
+      they publish (a smoother or filter of public values; default ``noisy``);
     * ``runs_publish_float: bool`` — whether published releases are floats (a filter).
     """
 
@@ -206,5 +212,6 @@ def decide_one(policy: RunsPolicy, state: Any, ctx: DecisionContext) -> tuple[De
                            mechanism=ctx.mechanism)
     decision, state = policy.decide_runs(state, runs_ctx)
     if decision.rows.size:
-        return fresh(Fraction(decision.amounts[0]), decision.reason), state
+        groups = None if decision.groups is None else decision.groups[0]
+        return fresh(Fraction(decision.amounts[0]), decision.reason, groups), state
     return REPUBLISH, state

@@ -24,6 +24,11 @@ draws one discrete Laplace value of scale Δ/ε per group sum, and the policy's
 
 Every charge happens before its draw, and every decision that reads no data
 republishes. All state is public (noisy sums, bits, schedules) and journaled.
+
+Runs axis (the lab's runner): ``decide_runs`` / ``after_runs`` step the very
+``decide`` / ``smooth`` above once per run (:mod:`controller.policies.per_run`);
+the runner releases each fresh run's group sums with the engine's
+:func:`controller.grouped.release_groups`.
 """
 
 from __future__ import annotations
@@ -38,7 +43,15 @@ import numpy as np
 
 from controller.accountant import Accountant, WindowAccountant
 from controller.errors import ConfigurationError, StateError
-from controller.policies.base import REPUBLISH, Decision, DecisionContext, fresh
+from controller.policies.base import (
+    REPUBLISH,
+    Decision,
+    DecisionContext,
+    RunsContext,
+    RunsDecision,
+    fresh,
+)
+from controller.policies.per_run import PerRunStates, decide_per_run, reset_per_run, smooth_per_run
 from controller.step import decode_array, encode_array
 from controller.units import WEvent
 from histogram.mechanism import NoisyHistogram
@@ -292,6 +305,21 @@ class AdaPubPolicy:
         labels = self.dimension_groups(state.released, ctx)
         return fresh(self.epsilon_p, "perturb", labels), replace(state, labels=labels, joined=joined)
 
+    #: the lab's runner: published releases are floats (a median / a filtered estimate)
+    runs_publish_float = True
+
+    def reset_runs(self, runs: int) -> PerRunStates:
+        return reset_per_run(self, runs)
+
+    def decide_runs(self, state: PerRunStates, ctx: RunsContext) -> tuple[RunsDecision, PerRunStates]:
+        """:meth:`decide` for each run (its ledger row, its noise): a plain per-run loop."""
+        return decide_per_run(self, state, ctx)
+
+    def after_runs(self, state: PerRunStates, ctx: RunsContext, rows: np.ndarray,
+                   noisy: Any) -> tuple[np.ndarray, PerRunStates]:
+        """:meth:`smooth` of each fresh run's grouped release (one NoisyHistogram of group sums per row)."""
+        return smooth_per_run(self, state, ctx, rows, noisy)
+
     def smooth(self, state: AdaPubState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, AdaPubState]:
         """Each bin's perturbed value is its dimension group's noisy average; publish its time group's median."""
         sums = np.asarray(noisy.counts, dtype=np.float64)
@@ -528,6 +556,21 @@ class RescueDPPolicy:
         after = min(remaining - eps, self.epsilon_max)
         next_scale = float(Fraction(self.sensitivity) / after) if after > 0 else float(Fraction(self.sensitivity) / eps)
         return fresh(eps, "sample", labels), replace(state, labels=labels, next_scale=next_scale)
+
+    #: the lab's runner: published releases are floats (a median / a filtered estimate)
+    runs_publish_float = True
+
+    def reset_runs(self, runs: int) -> PerRunStates:
+        return reset_per_run(self, runs)
+
+    def decide_runs(self, state: PerRunStates, ctx: RunsContext) -> tuple[RunsDecision, PerRunStates]:
+        """:meth:`decide` for each run (its ledger row, its noise): a plain per-run loop."""
+        return decide_per_run(self, state, ctx)
+
+    def after_runs(self, state: PerRunStates, ctx: RunsContext, rows: np.ndarray,
+                   noisy: Any) -> tuple[np.ndarray, PerRunStates]:
+        """:meth:`smooth` of each fresh run's grouped release (one NoisyHistogram of group sums per row)."""
+        return smooth_per_run(self, state, ctx, rows, noisy)
 
     def smooth(self, state: RescueDPState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, RescueDPState]:
         """Average each group's noisy sum over its bins, Kalman-correct each sampled bin, move its interval."""

@@ -19,6 +19,10 @@ the policy conformance suite checks each rule with R = 4 against R engine runs).
 **Evaluation only.** Nothing here publishes: the service (and ``dpstream replay``) always steps
 :class:`controller.step.Engine`, whose accountant is the one that enforces privacy.
 
+AdaPub and RescueDP are plain per-run loops of their own one-run rule
+(:mod:`controller.policies.per_run`); each run's group sums are released by
+:func:`controller.grouped.release_groups`, as the engine releases them.
+
 Eligible (:func:`runner_eligible`): LPA, w-event with a method of :data:`RUNNER_METHODS` or
 user-level with one of :data:`USER_LEVEL_METHODS`; other configurations step the engine once per
 run (:func:`stream.lab.runs.run_method`).
@@ -33,9 +37,10 @@ from typing import Any
 
 import numpy as np
 
+from controller.grouped import release_groups
 from controller.ledger import UnitLedger
 from controller.policies.base import RunsContext, RunsPolicy
-from histogram.noise import RunsNoise
+from histogram.noise import RunDrawer, RunsNoise
 from histogram.postprocess import STATEFUL, parse_chain, postprocess
 from stream.lab.metrics import RunErrors, Workload
 
@@ -43,7 +48,8 @@ __all__ = ["ManyRuns", "RUNNER_METHODS", "SHARED_DECISIONS", "USER_LEVEL_METHODS
 
 
 #: decision methods the runner takes under w-event privacy (each decides over a runs axis)
-RUNNER_METHODS = frozenset({"dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast"})
+RUNNER_METHODS = frozenset({"dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast",
+                            "adapub", "rescuedp"})
 
 
 @dataclass
@@ -167,12 +173,16 @@ class _Runner:
         self.has_last = np.zeros(runs, dtype=bool)
         self._after = getattr(policy, "after_runs", None)
         self.ctx: RunsContext | None = None
+        #: the fresh runs' group labels ``(len(rows), U)`` from the last :meth:`decide` (None: the
+        #: mechanism's release; AdaPub and RescueDP release noisy sums over public groups)
+        self.groups: np.ndarray | None = None
 
     def decide(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """The runs that publish fresh at ``t`` and the ε of each (ledger units), decision noise drawn."""
         self.ctx = RunsContext(t, self.runs, self.ledger, self.fresh_count, counts=self.truth[t], last=self.last,
                                has_last=self.has_last, noise=self.noise, mechanism=self.mech)
         decision, self.state = self.policy.decide_runs(self.state, self.ctx)
+        self.groups = decision.groups
         self.fresh_count[decision.rows] += 1
         return decision.rows, decision.amounts
 
@@ -237,8 +247,13 @@ def run_many(
         rows, eps = run.decide(t)
         if rows.size:
             ledger.spend(t, rows, eps, "publication")
-            num, den = mech.scale_in_units(eps, unit)  # LPA's own scale Δ/ε, reduced by the sampler
-            noisy = truth[t] + noise.laplace_each(rows, num, den, U)
+            if run.groups is None:
+                num, den = mech.scale_in_units(eps, unit)  # LPA's own scale Δ/ε, reduced by the sampler
+                noisy = truth[t] + noise.laplace_each(rows, num, den, U)
+            else:  # each run's noisy sums over its public groups: the engine's grouped release, one per run
+                confidence = getattr(mech, "confidence", 0.95)
+                noisy = [release_groups(truth[t], g, Fraction(int(e)) * unit, mech.sensitivity, RunDrawer(noise, r),
+                                        confidence) for r, g, e in zip(rows.tolist(), run.groups, eps, strict=True)]
             out = run.after(rows, noisy)
             if smoother is None:
                 published[rows] = postprocess(chain, out) if chain else out

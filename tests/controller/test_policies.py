@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 
 from controller.accountant import WindowAccountant
 from controller.errors import ConfigurationError
+from controller.grouped import release_groups
 from controller.ledger import AccountantLedger, UnitLedger, charge_unit
 from controller.method import MethodSpec, build_engine
 from controller.pid import PIDController, PIDGains
 from controller.policies.base import RunsContext, RunsPolicy
+from controller.policies.grouping import AdaPubPolicy, RescueDPPolicy
 from controller.policies.sampling import DistanceSamplingPolicy, WEventSamplingPolicy
 from controller.policies.wevent import FastPolicy, PegasusPolicy
 from controller.step import Engine
@@ -382,7 +384,9 @@ class _RunDrawers:
         return np.array(out, dtype=np.int64).reshape((len(out),) if size is None else (len(out), size))
 
     def laplace_each(self, rows, num, den, size):  # type: ignore[no-untyped-def]
-        raise AssertionError("releases are drawn by the mechanism here")
+        # decision noise of a per-run rule (histogram.noise.RunDrawer); releases are drawn below
+        return np.vstack([DrawerNoise(self.drawers[r]).laplace_each(np.arange(1), num[i:i + 1], den[i:i + 1], size)
+                          for i, r in enumerate(rows.tolist())]).reshape(len(rows), size)
 
 
 @pytest.mark.parametrize(("unit", "name", "engine"), RUNS_CASES, ids=[f"{u}-{m}" for u, m, _ in RUNS_CASES])
@@ -402,13 +406,22 @@ RUNS_EXTRA = {  # parameters under which the runs' own state steers them apart (
     "fast-pid": _w_event_engine(FastPolicy(WEvent(Fraction(1, 2), 20, 10), cd=0.3)),
     "fast-pid-window-1": _w_event_engine(FastPolicy(WEvent(Fraction(1, 2), 20, 10), pid_window=1, cd=0.5)),
     "pegasus-max-group": _w_event_engine(PegasusPolicy(WEvent(1, 8, 2), max_group=3)),
+    # grouped releases: AdaPub's time groups closed early; RescueDP's intervals and groups move per run
+    "adapub-max-group-2": _w_event_engine(AdaPubPolicy(WEvent(1, 8, 2), max_group=2, pivots=3)),
+    "rescuedp-theta-2": _w_event_engine(RescueDPPolicy(WEvent(1, 8, 2), theta=2.0, group_factor=3.0)),
 }
+
+
+def test_every_w_event_method_decides_over_a_runs_axis():
+    """The lab's one runner takes every w-event method the engine has (none is stepped per run)."""
+    stepped_per_run = [m for u, m, e in CASES if u == "w-event" and not isinstance(e.policy, RunsPolicy)]
+    assert not stepped_per_run
 
 
 @pytest.mark.parametrize("case", sorted(RUNS_EXTRA))
 def test_runs_axis_conformance_of_stateful_policies(case):
-    """As above, where each run's state (FAST_w's PID interval, PeGaSus's capped groups) changes
-    its schedule, so the runs sample at different timesteps."""
+    """As above, where each run's state (FAST_w's PID interval, PeGaSus's capped groups, RescueDP's
+    intervals) changes its schedule, so the runs sample at different timesteps, or its groups."""
     _check_runs_axis("w-event", case, RUNS_EXTRA[case], 60)
 
 
@@ -452,9 +465,14 @@ def _check_runs_axis(unit, name, engine, timesteps):  # type: ignore[no-untyped-
             epsilons = [Fraction(a) * getattr(ledger, "unit", 1) for a in decision.amounts.tolist()]
             for r, eps in zip(decision.rows.tolist(), epsilons, strict=True):
                 got[r].append((t, eps))
-            if decision.rows.size:
+            if decision.rows.size and decision.groups is not None:
+                # the engine's grouped release, per fresh run: noisy sums over the run's public groups
+                noisy = [release_groups(counts[t], g, eps, mech.sensitivity, noise.drawers[r], mech.confidence)
+                         for r, g, eps in zip(decision.rows.tolist(), decision.groups, epsilons, strict=True)]
+            elif decision.rows.size:
                 noisy = np.stack([mech.release(counts[t], eps, noise.drawers[r]).counts
                                   for r, eps in zip(decision.rows.tolist(), epsilons, strict=True)])
+            if decision.rows.size:
                 out = noisy
                 if after_runs is not None:
                     out, state = after_runs(state, ctx, decision.rows, noisy)

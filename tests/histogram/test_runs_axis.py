@@ -7,7 +7,7 @@ import pytest
 
 from histogram.distance import l1_distance, l1_distance_rows
 from histogram.errors import MechanismError, NoiseError
-from histogram.noise import DrawerNoise, Randomness
+from histogram.noise import DrawerNoise, Randomness, RunDrawer
 
 
 def test_l1_rows_equal_l1_per_row_for_int_and_float_releases():
@@ -43,3 +43,31 @@ def test_drawer_noise_draws_what_the_drawer_draws_in_call_order():
     assert noise.laplace(np.zeros(0, dtype=np.int64), Fraction(1), 3).shape == (0, 3)
     with pytest.raises(NoiseError, match="one run"):
         noise.laplace(np.array([0, 1]), Fraction(1), None)
+
+
+class _TwoRuns:
+    """Two runs' sources, each one seeded drawer (as the lab's EngineNoise keys them per run)."""
+
+    def __init__(self) -> None:
+        self.d = [DrawerNoise(Randomness.seeded(r).drawer("s", 3, "release")) for r in range(2)]
+
+    def laplace(self, runs, scale, size):  # type: ignore[no-untyped-def]
+        return np.concatenate([self.d[r].laplace(np.arange(1), scale, size) for r in runs.tolist()])
+
+    def laplace_each(self, runs, num, den, size):  # type: ignore[no-untyped-def]
+        return np.concatenate([self.d[r].laplace_each(np.arange(1), num[i:i + 1], den[i:i + 1], size)
+                               for i, r in enumerate(runs.tolist())])
+
+
+def test_run_drawer_draws_that_runs_values_in_call_order():
+    """RunDrawer (one run of a runs source as a NoiseDrawer, for AdaPub's and RescueDP's one-run rule
+    and the grouped release in the lab) gives run r exactly what run r's own drawer gives."""
+    source = _TwoRuns()
+    one = RunDrawer(source, 1)
+    b = Randomness.seeded(1).drawer("s", 3, "release")
+    assert one.discrete_laplace(Fraction(5, 2)) == b.discrete_laplace(Fraction(5, 2))
+    assert one.discrete_laplace(Fraction(7, 3), 4).tolist() == b.discrete_laplace(Fraction(7, 3), 4).tolist()
+    assert RunDrawer(source, 0).discrete_laplace(Fraction(3), 2).tolist() == \
+        Randomness.seeded(0).drawer("s", 3, "release").discrete_laplace(Fraction(3), 2).tolist()
+    with pytest.raises(NoiseError, match="discrete Laplace values only"):
+        one.uniform_int(np.array([3]))
