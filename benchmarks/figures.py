@@ -19,9 +19,11 @@ Every setting also runs the baselines uniform and fixed (w-event: "Sample"),
 as the independent benchmark of Schäler et al. asks. Datasets are generated
 once with ``stream.lab.generate`` into ``--data`` (events CSV + config), read and
 windowed once with the service's own reader and windowing
-(``stream.lab.inputs.load_truth``), and cached there as ``truth.npy``. Runs use
-``Engine.step`` with ``Randomness.seeded(seed + r)`` exactly as ``dpstream
-evaluate`` does. ``--jobs 2`` spreads the (setting, method) cells over
+(``stream.lab.inputs.load_truth``), and cached there as ``truth.npy``. Runs go
+exactly as ``dpstream evaluate`` runs them (:func:`stream.lab.evaluate.evaluate_settings`):
+the lab's runner stepping the policies' own runs-axis rules where it applies
+(:func:`stream.lab.runner.run_many`), else the engine once per run with
+``Randomness.seeded(seed + r)``. ``--jobs 2`` spreads the (setting, method) cells over
 processes. ``--quick`` shrinks everything for a smoke test.
 
 Scale (stated in docs/results.md): census N = 200 timesteps, P = 500,000
