@@ -35,7 +35,7 @@ Exactness is kept where the engine has it:
   are evaluated exactly as the policies do.
 
 Eligible (:func:`vector_eligible`): w-event DSAT/DSFT, BD, BA, Sample, PeGaSus, FAST_w, uniform and
-fixed, with LPA and an element-wise ``release.postprocess`` (``none``, ``nonnegative``). Other
+fixed, and user-level DSAT/DSFT, uniform and fixed, with LPA and an element-wise ``release.postprocess`` (``none``, ``nonnegative``). Other
 configurations take the engine path.
 """
 
@@ -53,7 +53,7 @@ from controller.ledger import UnitLedger
 from controller.policies.base import RunsContext
 from controller.policies.baselines import FixedPolicy, UniformPolicy
 from controller.policies.kellaris import BudgetAbsorption, BudgetDistribution
-from controller.policies.sampling import WEventSamplingPolicy
+from controller.policies.sampling import DistanceSamplingPolicy, WEventSamplingPolicy
 from controller.policies.wevent import FastPolicy, PegasusPolicy, SamplePolicy
 from histogram.noise import _EXACT_LIMIT, GeneratorDrawer, Randomness
 from histogram.postprocess import STATEFUL, parse_chain, postprocess
@@ -338,7 +338,7 @@ SHARED_DECISIONS = frozenset({"uniform", "fixed", "sample"})
 
 #: decision methods the runner takes under user-level privacy (one total budget: a unit ledger
 #: whose window spans the stream, :meth:`controller.ledger.UnitLedger.for_unit`)
-USER_LEVEL_METHODS = frozenset({"uniform", "fixed"})
+USER_LEVEL_METHODS = frozenset({"uniform", "fixed", "dsat", "dsft"})
 
 
 def vector_eligible(settings: Any) -> bool:
@@ -454,6 +454,7 @@ _KERNELS: dict[type, type[_Kernel]] = {
     FixedPolicy: _PolicyKernel,
     SamplePolicy: _PolicyKernel,
     WEventSamplingPolicy: _PolicyKernel,
+    DistanceSamplingPolicy: _PolicyKernel,
     BudgetDistribution: _PolicyKernel,
     BudgetAbsorption: _PolicyKernel,
     PegasusPolicy: _PolicyKernel,
