@@ -80,6 +80,13 @@ class RunsLedger(Protocol):
         """Per run: whether charging ``amount`` (one value, or one per run) at ``t`` keeps every window <= ε."""
         ...
 
+    def remaining(self, t: int) -> np.ndarray:
+        """Per run: the ε that could still be charged at ``t`` (ε minus the window ending at ``t``; for
+        user-level privacy ε minus the total), in this ledger's representation. User-level DSAT/DSFT
+        give it to the horizon's last timestep (its charges are on the policy's grid: ε and every
+        earlier charge are)."""
+        ...
+
     def spend(self, t: int, rows: np.ndarray, amount: Any, purpose: str) -> np.ndarray:
         """Charge ``amount`` at ``t`` for each run in ``rows`` (raises before charging if any would
         break the cap); returns one handle per row for :meth:`extend`."""
@@ -147,6 +154,9 @@ class AccountantLedger:
     def can_spend(self, t: int, amount: Any) -> np.ndarray:
         amounts = self._each(amount, self.runs)
         return np.array([a.can_spend(t, e) for a, e in zip(self.accountants, amounts, strict=True)], dtype=bool)
+
+    def remaining(self, t: int) -> np.ndarray:
+        return np.array([a.remaining(t) for a in self.accountants], dtype=object)
 
     def spend(self, t: int, rows: np.ndarray, amount: Any, purpose: str) -> np.ndarray:
         rows_l = np.asarray(rows).tolist()
@@ -259,6 +269,9 @@ class UnitLedger:
 
     def can_spend(self, t: int, amount: Any) -> np.ndarray:
         return self.used(t) + amount <= self.cap
+
+    def remaining(self, t: int) -> np.ndarray:
+        return self.cap - self.used(t)
 
     def spend(self, t: int, rows: np.ndarray, amount: Any, purpose: str) -> np.ndarray:
         if not rows.size:

@@ -27,16 +27,18 @@ releases per window. So any window holds at most ``C+1`` instances and ``C``
 releases: ``(C+1)·kε/(C+1) + C·(1−k)ε/C = ε``. The window accountant checks
 every charge before any noise is drawn (``docs/privacy.md`` §4).
 
-The w-event rule is written once, over a runs axis (:meth:`WEventSamplingPolicy.decide_runs`, state
-:class:`SamplingRuns`): the lab steps R runs with it, and the service's :meth:`~WEventSamplingPolicy.
-decide` / :meth:`~WEventSamplingPolicy.on_fresh` run it with R = 1 on the engine's own accountant,
-converting the journaled :class:`SamplingState` to one run and back (its JSON is unchanged).
+Both rules are written once, over a runs axis (:meth:`DistanceSamplingPolicy.decide_runs`,
+:meth:`WEventSamplingPolicy.decide_runs`, state :class:`SamplingRuns`), and share the SVT step
+(:meth:`_SamplingPolicyBase._svt_query`: the draws, the public threshold in counts and the one noisy
+comparison): the lab steps R runs with them, and the service's ``decide`` / ``on_fresh`` run them
+with R = 1 on the engine's own accountant, converting the journaled :class:`SamplingState` to one
+run and back (its JSON is unchanged).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar
@@ -48,18 +50,15 @@ from controller.errors import ConfigurationError, StateError
 from controller.ledger import RENEW_EXTENDED, RENEW_STARTED
 from controller.pid import PIDController, PIDState
 from controller.policies.base import (
-    REPUBLISH,
     Decision,
     DecisionContext,
     RunsContext,
     RunsDecision,
     amounts_for,
     decide_one,
-    fresh,
 )
 from controller.svt import Split, SVTCalibration
 from controller.units import UserLevel, WEvent
-from histogram.distance import l1_distance
 
 __all__ = ["SVTInstance", "SamplingState", "SamplingRuns", "DistanceSamplingPolicy", "WEventSamplingPolicy"]
 
@@ -125,13 +124,15 @@ class SamplingRuns:
         rho: ``(R,)`` the instance's threshold noise (secret).
         positives: ``(R,)`` the instance's positives (0: a w-event instance halts at its first).
         queries: ``(R,)`` SVT queries asked so far.
-        fresh: ``(R, w)`` fresh release at timestep ``s`` in column ``s % w`` (the last w timesteps).
+        fresh: ``(R, w)`` fresh release at timestep ``s`` in column ``s % w`` (the last w timesteps;
+            w-event only: ``(R, 0)`` under user-level privacy, whose rule reads the total count).
         floor: ``(R,)`` public noise floor of each run's last release, in counts (0 before any, or
             when ``noise_floor`` is off).
         threshold, errors, last_error, last_time, updates: DSAT's PID state per run
             (:meth:`controller.pid.PIDController.update_runs`); DSFT leaves them unused.
-        threshold_scale, query_scale: the SVT's noise scales (the same objects every timestep).
-        per_instance, per_release: the charges (``Fraction``).
+        threshold_scale, query_scale: the SVT's noise scales (the same objects every timestep; None
+            for user-level C = 1, which asks no query).
+        per_instance, per_release: the charges (``Fraction``; user-level: ε₁ and ε₂/C).
         fixed_threshold: DSFT's threshold in counts, rounded up.
     """
 
@@ -146,8 +147,8 @@ class SamplingRuns:
     last_error: np.ndarray
     last_time: np.ndarray
     updates: int
-    threshold_scale: Fraction
-    query_scale: Fraction
+    threshold_scale: Fraction | None
+    query_scale: Fraction | None
     per_instance: Fraction
     per_release: Fraction
     fixed_threshold: int
@@ -208,15 +209,6 @@ def _noise_floor(ctx: DecisionContext) -> int:
     return math.ceil(ctx.mechanism.expected_abs_error(ctx.last_epsilon, ctx.bins) * ctx.bins)
 
 
-def _noisy_above(
-    ctx: DecisionContext, calibration: SVTCalibration, rho: int, threshold_counts: Fraction
-) -> bool:
-    """One SVT query: ``d + ν >= T + ρ``. Draws ν; reveals only the boolean."""
-    d = l1_distance(ctx.counts, ctx.last_counts)
-    nu = int(ctx.noise.discrete_laplace(calibration.query_scale))
-    return d + nu - rho >= threshold_counts
-
-
 @dataclass(frozen=True)
 class _SamplingPolicyBase:
     """What DSFT/DSAT share under both privacy units: parameters, their checks, the PID plumbing."""
@@ -257,17 +249,134 @@ class _SamplingPolicyBase:
     def public_threshold(self, state: SamplingState) -> float:
         return state.pid.threshold if (self.adaptive and state.pid is not None) else self.threshold
 
-    def _threshold_with_floor(self, state: SamplingState, ctx: DecisionContext) -> Fraction:
-        """The public threshold in counts (plus the public noise floor when enabled)."""
-        threshold = _threshold_counts(self.public_threshold(state), self.population)
-        if self.noise_floor:
-            threshold += _noise_floor(ctx)
-        return threshold
+    # -- the runs axis, shared by both privacy units -----------------------------------------------
+    _window: ClassVar[bool] = False  # whether the rule reads the last w timesteps' fresh releases
+    _accountant: ClassVar[type] = UserLevelAccountant
 
-    def _record_fresh(self, state: SamplingState, timestep: int) -> SamplingState:
-        if self.adaptive and state.pid is not None:
-            return replace(state, pid=self.pid.sampled(state.pid, timestep + 1))
-        return state
+    @property
+    def per_instance(self) -> Fraction:
+        raise NotImplementedError
+
+    @property
+    def calibration(self) -> SVTCalibration | None:
+        raise NotImplementedError
+
+    def reset_runs(self, runs: int) -> SamplingRuns:
+        """The state of ``runs`` runs before the first timestep."""
+        return self._runs(runs, self.pid.reset() if self.adaptive else None)
+
+    @cached_property
+    def _constants(self) -> tuple[Fraction | None, Fraction | None, Fraction, Fraction, int]:
+        """The SVT's two noise scales (None without an SVT), the two charges and DSFT's threshold in
+        counts (computed once per policy: the service converts its one run every timestep)."""
+        cal = self.calibration
+        return (None if cal is None else cal.threshold_scale, None if cal is None else cal.query_scale,
+                self.per_instance, self.per_release, math.ceil(_threshold_counts(self.threshold, self.population)))
+
+    def _runs(self, runs: int, pid: PIDState | None) -> SamplingRuns:
+        threshold_scale, query_scale, per_instance, per_release, fixed_threshold = self._constants
+        zeros = np.zeros(runs, dtype=np.int64)
+        if pid is None:
+            pid = PIDState(float(self.threshold))
+        w = self.unit.w if self._window else 0  # type: ignore[union-attr]
+        return SamplingRuns(
+            handle=np.full(runs, -1, dtype=np.int64), rho=zeros.copy(), positives=zeros.copy(), queries=zeros.copy(),
+            fresh=np.zeros((runs, w), dtype=bool), floor=zeros.copy(),
+            threshold=np.full(runs, pid.threshold),
+            errors=list(np.array(pid.errors, dtype=np.float64).reshape(-1, 1).repeat(runs, axis=1)),
+            last_error=np.full(runs, pid.last_sample_error), last_time=np.full(runs, pid.last_sample_time),
+            updates=pid.updates, threshold_scale=threshold_scale, query_scale=query_scale,
+            per_instance=per_instance, per_release=per_release, fixed_threshold=fixed_threshold)
+
+    def _svt_query(self, state: SamplingRuns, ctx: RunsContext, rows: np.ndarray, started: np.ndarray) -> np.ndarray:
+        """The SVT step, once for both units: the runs ``rows`` (each with an instance whose ledger
+        entry already covers ``ctx.timestep``; ``started`` ⊆ ``rows`` are the new ones) ask
+
+            d(H_t, R_last) + ν  >=  T_t·n + floor + ρ
+
+        Draws ρ for the new instances (each run's before its ν), then ν for every row; computes the
+        exact integer distance; compares with the public threshold in counts rounded up (an integer
+        is >= q iff it is >= ceil(q); :func:`_ceil_thresholds` for DSAT's per-run thresholds) plus
+        the public noise floor of the run's last release. Returns the boolean per row (the only
+        thing the query reveals) and counts the queries; ρ, ν and d are never kept or shown."""
+        if started.size:
+            state.rho[started] = ctx.noise.laplace(started, state.threshold_scale, None)
+            state.positives[started] = 0
+        nu = ctx.noise.laplace(rows, state.query_scale, None)
+        d = ctx.l1(rows)
+        if self.adaptive:
+            threshold = _ceil_thresholds(state.threshold[rows], self.population, state.ceil_cache)
+        else:
+            threshold = state.fixed_threshold
+        if self.noise_floor:
+            threshold = threshold + state.floor[rows]
+        above = d + nu - state.rho[rows] >= threshold
+        state.queries[rows] += 1
+        return above
+
+    def after_runs(self, state: SamplingRuns, ctx: RunsContext, rows: np.ndarray,
+                   noisy: np.ndarray) -> tuple[np.ndarray, SamplingRuns]:
+        """The runs ``rows`` published a fresh release at ``ctx.timestep`` (published as drawn)."""
+        if self.noise_floor and state.floor_value is None:
+            # the floor a query reads is that of a release at per_release: under user-level privacy
+            # the only other release (the horizon's last, at the rest) is followed by no query
+            assert ctx.mechanism is not None and ctx.counts is not None
+            bins = int(ctx.counts.size)
+            state.floor_value = math.ceil(ctx.mechanism.expected_abs_error(state.per_release, bins) * bins)
+        self._fresh_runs(state, ctx.timestep, rows, state.floor_value or 0)
+        return noisy, state
+
+    def _fresh_runs(self, state: SamplingRuns, t: int, rows: np.ndarray, floor: int) -> None:
+        if self._window:
+            state.fresh[rows, t % self.unit.w] = True  # type: ignore[union-attr]
+        state.floor[rows] = floor
+        if self.adaptive:  # PIDController.sampled(state, t + 1): the error of the latest update
+            state.last_error[rows] = state.errors[-1][rows] if state.errors else 0.0
+            state.last_time[rows] = t + 1
+
+    # -- the service's one run: the same rule, R = 1 -------------------------------------------
+    def _one_run(self, state: SamplingState, t: int, floor: int) -> SamplingRuns:
+        """:class:`SamplingState` (the journal's form) at timestep ``t`` as one run."""
+        runs = self._runs(1, state.pid)
+        if self._window:
+            w = self.unit.w  # type: ignore[union-attr]
+            for s in state.recent_fresh:
+                if s > t - w:
+                    runs.fresh[0, s % w] = True
+        if state.instance is not None:
+            runs.handle[0], runs.rho[0], runs.positives[0] = state.instance.seq, state.instance.rho, \
+                state.instance.positives
+        runs.queries[0] = state.queries
+        runs.floor[0] = floor
+        return runs
+
+    def _from_one_run(self, runs: SamplingRuns, t: int, state: SamplingState) -> SamplingState:
+        """One run back to :class:`SamplingState` at timestep ``t`` (w-event: fresh timesteps in ``(t−w, t]``)."""
+        recent = state.recent_fresh
+        if self._window:
+            w = self.unit.w  # type: ignore[union-attr]
+            recent = tuple(sorted(t - (t - int(j)) % w for j in np.flatnonzero(runs.fresh[0])))
+        handle = int(runs.handle[0])
+        instance = None if handle < 0 else SVTInstance(int(runs.rho[0]), handle, int(runs.positives[0]))
+        pid = state.pid
+        if self.adaptive and pid is not None:
+            pid = PIDState(float(runs.threshold[0]), tuple(float(e[0]) for e in runs.errors),
+                           float(runs.last_error[0]), int(runs.last_time[0]), runs.updates)
+        return SamplingState(instance, pid, recent, int(runs.queries[0]))
+
+    def decide_runs(self, state: SamplingRuns, ctx: RunsContext) -> tuple[RunsDecision, SamplingRuns]:
+        raise NotImplementedError
+
+    def decide(self, state: SamplingState, ctx: DecisionContext) -> tuple[Decision, SamplingState]:
+        assert isinstance(ctx.accountant, self._accountant)
+        runs = self._one_run(state, ctx.timestep, _noise_floor(ctx) if self.noise_floor else 0)
+        decision, runs = decide_one(self, runs, ctx)
+        return decision, self._from_one_run(runs, ctx.timestep, state)
+
+    def on_fresh(self, state: SamplingState, timestep: int) -> SamplingState:
+        runs = self._one_run(state, timestep, 0)
+        self._fresh_runs(runs, timestep, _ONE_RUN, 0)
+        return self._from_one_run(runs, timestep, state)
 
     def state_to_json(self, state: SamplingState) -> dict[str, Any]:
         return state.to_json()
@@ -319,42 +428,55 @@ class DistanceSamplingPolicy(_SamplingPolicyBase):
     def new_accountant(self) -> Accountant:
         return UserLevelAccountant(self.unit.epsilon)
 
-    def decide(self, state: SamplingState, ctx: DecisionContext) -> tuple[Decision, SamplingState]:
-        t, horizon, cutoff = ctx.timestep, self.unit.horizon, self.unit.cutoff
-        if t == 0:
-            return fresh(self.per_release, "first timestep"), state
-        if ctx.fresh_count >= cutoff or t >= horizon:
-            return REPUBLISH, state
-        if t == horizon - 1:
-            rest = ctx.accountant.remaining(t)
-            return (fresh(rest, "last timestep of the horizon"), state) if rest > 0 else (REPUBLISH, state)
-        if self.adaptive and t <= self.burn_in:
-            return REPUBLISH, state
-        calibration = self.calibration
-        if calibration is None:  # C == 1 and the first release is done
-            return REPUBLISH, state
-        if self.adaptive:
-            assert state.pid is not None
-            pid_state = self.pid.update(
-                state.pid, fresh_so_far=ctx.fresh_count, timestep=t + 1, target_rate=cutoff / horizon
-            )
-            state = replace(state, pid=pid_state)
-        instance = state.instance
-        if instance is None:
-            entry = ctx.accountant.spend(t, calibration.epsilon, "decision")
-            rho = int(ctx.noise.discrete_laplace(calibration.threshold_scale))
-            instance = SVTInstance(rho, entry.seq)
-        else:
-            ctx.accountant.extend(instance.seq, t)
-        above = _noisy_above(ctx, calibration, instance.rho, self._threshold_with_floor(state, ctx))
-        state = replace(state, queries=state.queries + 1)
-        if above:
-            instance = replace(instance, positives=instance.positives + 1)
-            return fresh(self.per_release, "distance above threshold"), replace(state, instance=instance)
-        return REPUBLISH, replace(state, instance=instance)
+    @property
+    def per_instance(self) -> Fraction:
+        """The one SVT instance's cost: ε₁ (charged at its first query, stretched over the later ones)."""
+        return self.epsilon_decision
 
-    def on_fresh(self, state: SamplingState, timestep: int) -> SamplingState:
-        return self._record_fresh(state, timestep)
+    def decide_runs(self, state: SamplingRuns, ctx: RunsContext) -> tuple[RunsDecision, SamplingRuns]:
+        """Thesis Alg. 7/8, made sound, for every run. Per run, in this order: the first timestep is
+        fresh at ε₂/C; a run with C fresh releases, or past the horizon, republishes; the horizon's
+        last timestep is fresh at whatever the run's budget has left (:meth:`~controller.ledger.
+        RunsLedger.remaining`), if anything; during DSAT's burn-in every run republishes; else the
+        PID update (public), the run's one SVT instance charged ε₁ at its first query (stretched to
+        ``t`` at the later ones), then ρ (first query only), ν and the comparison
+        (:meth:`_svt_query`). A run that republishes for any of these reasons reads no data and
+        draws nothing.
+
+        DSAT's PID is updated for every run once any run still queries (one array operation): the
+        state of a run with its C releases moves on, but that run never reads it again (it queries
+        and releases no more), and the service's one run is updated only while it queries, as the
+        one-run rule did.
+        """
+        t, horizon, cutoff = ctx.timestep, self.unit.horizon, self.unit.cutoff
+        ledger = ctx.ledger
+        state.amounts(ledger)
+        if t == 0:
+            return RunsDecision(np.arange(ctx.runs), state.e_releases, "first timestep"), state
+        if t >= horizon:
+            return RunsDecision(_NO_RUNS, _NO_RUNS), state
+        active = (ctx.fresh_count < cutoff).nonzero()[0]  # the others have their C releases
+        if t == horizon - 1:
+            rest = ledger.remaining(t)[active]
+            left = (rest > 0).astype(bool)
+            return RunsDecision(active[left], rest[left], "last timestep of the horizon"), state
+        if not active.size or (self.adaptive and t <= self.burn_in) or state.query_scale is None:
+            return RunsDecision(_NO_RUNS, _NO_RUNS), state  # (no query scale: C = 1, its one release done)
+        if self.adaptive:
+            state.threshold, state.errors = self.pid.update_runs(
+                state.threshold, state.errors, state.last_error, state.last_time, fresh_so_far=ctx.fresh_count,
+                timestep=t + 1, target_rate=cutoff / horizon)
+            state.updates += 1
+        live = state.handle[active] >= 0
+        started, held = active[~live], active[live]
+        if started.size:
+            state.handle[started] = ledger.spend(t, started, state.e_instance, "decision")
+        if held.size:
+            state.handle[held] = ledger.extend(t, held, state.handle[held], state.e_instance)
+        above = self._svt_query(state, ctx, active, started)
+        fresh_rows = active[above]
+        state.positives[fresh_rows] += 1
+        return RunsDecision(fresh_rows, state.e_releases[:fresh_rows.size], "distance above threshold"), state
 
     def charges(self) -> tuple[Fraction, ...]:
         """ε₁ (the SVT instance), ε₂/C per release; the last timestep's rest is ε minus these."""
@@ -387,6 +509,8 @@ class WEventSamplingPolicy(_SamplingPolicyBase):
 
     _unit_type: ClassVar[type] = WEvent
     _unit_name: ClassVar[str] = "w-event"
+    _window: ClassVar[bool] = True
+    _accountant: ClassVar[type] = WindowAccountant
 
     @property
     def per_instance(self) -> Fraction:
@@ -404,33 +528,6 @@ class WEventSamplingPolicy(_SamplingPolicyBase):
 
     def new_accountant(self) -> Accountant:
         return WindowAccountant(self.unit.epsilon, self.unit.w)
-
-    # -- the rule, over a runs axis ---------------------------------------------------------------
-    def reset_runs(self, runs: int) -> SamplingRuns:
-        """The state of ``runs`` runs before the first timestep."""
-        return self._runs(runs, self.pid.reset() if self.adaptive else None)
-
-    @cached_property
-    def _constants(self) -> tuple[Fraction, Fraction, Fraction, Fraction, int]:
-        """The SVT's two noise scales, the two charges and DSFT's threshold in counts (computed once
-        per policy: the service converts its one run every timestep)."""
-        cal = self.calibration
-        return (cal.threshold_scale, cal.query_scale, self.per_instance, self.per_release,
-                math.ceil(_threshold_counts(self.threshold, self.population)))
-
-    def _runs(self, runs: int, pid: PIDState | None) -> SamplingRuns:
-        threshold_scale, query_scale, per_instance, per_release, fixed_threshold = self._constants
-        zeros = np.zeros(runs, dtype=np.int64)
-        if pid is None:
-            pid = PIDState(float(self.threshold))
-        return SamplingRuns(
-            handle=np.full(runs, -1, dtype=np.int64), rho=zeros.copy(), positives=zeros.copy(), queries=zeros.copy(),
-            fresh=np.zeros((runs, self.unit.w), dtype=bool), floor=zeros.copy(),
-            threshold=np.full(runs, pid.threshold),
-            errors=list(np.array(pid.errors, dtype=np.float64).reshape(-1, 1).repeat(runs, axis=1)),
-            last_error=np.full(runs, pid.last_sample_error), last_time=np.full(runs, pid.last_sample_time),
-            updates=pid.updates, threshold_scale=threshold_scale, query_scale=query_scale,
-            per_instance=per_instance, per_release=per_release, fixed_threshold=fixed_threshold)
 
     def decide_runs(self, state: SamplingRuns, ctx: RunsContext) -> tuple[RunsDecision, SamplingRuns]:
         """Alg. 9, made sound, for every run: each run in its window asks its live AboveThreshold
@@ -469,78 +566,10 @@ class WEventSamplingPolicy(_SamplingPolicyBase):
         rows = active[outcome >= RENEW_EXTENDED]  # the instance's entry covers t: it may be queried
         if not rows.size:
             return RunsDecision(_NO_RUNS, _NO_RUNS), state
-        started = active[outcome == RENEW_STARTED]
-        if started.size:
-            state.rho[started] = ctx.noise.laplace(started, state.threshold_scale, None)
-            state.positives[started] = 0
-        nu = ctx.noise.laplace(rows, state.query_scale, None)
-        d = ctx.l1(rows)
-        if self.adaptive:
-            threshold = _ceil_thresholds(state.threshold[rows], self.population, state.ceil_cache)
-        else:
-            threshold = state.fixed_threshold
-        if self.noise_floor:
-            threshold = threshold + state.floor[rows]
-        above = d + nu - state.rho[rows] >= threshold
-        state.queries[rows] += 1
+        above = self._svt_query(state, ctx, rows, active[outcome == RENEW_STARTED])
         fresh_rows = rows[above]
         state.handle[fresh_rows] = -1  # AboveThreshold halts: the next query starts a new instance
         return RunsDecision(fresh_rows, state.e_releases[:fresh_rows.size], "distance above threshold"), state
-
-    def after_runs(self, state: SamplingRuns, ctx: RunsContext, rows: np.ndarray,
-                   noisy: np.ndarray) -> tuple[np.ndarray, SamplingRuns]:
-        """The runs ``rows`` published a fresh release at ``ctx.timestep`` (published as drawn)."""
-        if self.noise_floor and state.floor_value is None:
-            assert ctx.mechanism is not None and ctx.counts is not None
-            bins = int(ctx.counts.size)
-            state.floor_value = math.ceil(ctx.mechanism.expected_abs_error(state.per_release, bins) * bins)
-        self._fresh_runs(state, ctx.timestep, rows, state.floor_value or 0)
-        return noisy, state
-
-    def _fresh_runs(self, state: SamplingRuns, t: int, rows: np.ndarray, floor: int) -> None:
-        state.fresh[rows, t % self.unit.w] = True
-        state.floor[rows] = floor
-        if self.adaptive:  # PIDController.sampled(state, t + 1): the error of the latest update
-            state.last_error[rows] = state.errors[-1][rows] if state.errors else 0.0
-            state.last_time[rows] = t + 1
-
-    # -- the service's one run: the same rule, R = 1 -------------------------------------------
-    def _one_run(self, state: SamplingState, t: int, floor: int) -> SamplingRuns:
-        """:class:`SamplingState` (the journal's form) at timestep ``t`` as one run."""
-        runs = self._runs(1, state.pid)
-        w = self.unit.w
-        for s in state.recent_fresh:
-            if s > t - w:
-                runs.fresh[0, s % w] = True
-        if state.instance is not None:
-            runs.handle[0], runs.rho[0], runs.positives[0] = state.instance.seq, state.instance.rho, \
-                state.instance.positives
-        runs.queries[0] = state.queries
-        runs.floor[0] = floor
-        return runs
-
-    def _from_one_run(self, runs: SamplingRuns, t: int, state: SamplingState) -> SamplingState:
-        """One run back to :class:`SamplingState` at timestep ``t`` (fresh timesteps in ``(t−w, t]``)."""
-        w = self.unit.w
-        recent = tuple(sorted(t - (t - int(j)) % w for j in np.flatnonzero(runs.fresh[0])))
-        handle = int(runs.handle[0])
-        instance = None if handle < 0 else SVTInstance(int(runs.rho[0]), handle, int(runs.positives[0]))
-        pid = state.pid
-        if self.adaptive and pid is not None:
-            pid = PIDState(float(runs.threshold[0]), tuple(float(e[0]) for e in runs.errors),
-                           float(runs.last_error[0]), int(runs.last_time[0]), runs.updates)
-        return SamplingState(instance, pid, recent, int(runs.queries[0]))
-
-    def decide(self, state: SamplingState, ctx: DecisionContext) -> tuple[Decision, SamplingState]:
-        assert isinstance(ctx.accountant, WindowAccountant)
-        runs = self._one_run(state, ctx.timestep, _noise_floor(ctx) if self.noise_floor else 0)
-        decision, runs = decide_one(self, runs, ctx)
-        return decision, self._from_one_run(runs, ctx.timestep, state)
-
-    def on_fresh(self, state: SamplingState, timestep: int) -> SamplingState:
-        runs = self._one_run(state, timestep, 0)
-        self._fresh_runs(runs, timestep, _ONE_RUN, 0)
-        return self._from_one_run(runs, timestep, state)
 
     def charges(self) -> tuple[Fraction, ...]:
         """kε/(C+1) per SVT instance, (1−k)ε/C per release."""

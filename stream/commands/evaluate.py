@@ -54,7 +54,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Window the input once into true per-timestep histograms (the service's reader, windowing "
             "and contribution bounding), run each method's release engine --runs times with seeded noise "
-            "(with LPA — the w-event methods, user-level uniform and fixed, with any post-processing for "
+            "(with LPA — the w-event methods, user-level DSAT, DSFT, uniform and fixed, with any post-processing for "
             "the data-independent ones — all runs of a method go in one array pass through the policy's own "
             "rule, with the same exact noise sampler and an exact ε ledger: evaluation only, and replay does "
             "not reproduce those runs; "

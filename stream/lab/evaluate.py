@@ -186,7 +186,7 @@ def _evaluate_method(
 
     * **the runner** (:func:`stream.lab.runner.run_many`) for every configuration it
       covers (:func:`~stream.lab.runner.runner_eligible`: LPA, the w-event methods, user-level
-      uniform and fixed, any ``release.postprocess`` and ``release.delay`` for the methods whose
+      DSAT, DSFT, uniform and fixed, any ``release.postprocess`` and ``release.delay`` for the methods whose
       runs decide alike): the policies' own ``decide_runs`` over all R runs at once. The noise is a
       choice of source: block draws keyed by the base method by default (:class:`PooledNoise`: "m"
       and "m+nonnegative" draw the same noise and make the same decisions; the engine's law, not
@@ -196,8 +196,7 @@ def _evaluate_method(
       run r is ``replay --seed seed+r`` whatever ``replayable`` says) where the runner cannot go:
       personalized budgets (:mod:`stream.lab.personal`: one sub-stream per budget level), online
       re-planning (the method changes mid-stream, per run), mechanisms other than LPA (PSD, the
-      copula, marginals), user-level methods other than uniform and fixed (DSAT, DSFT: no runs-axis
-      rule yet), and a stateful post-processor behind a data-dependent method (its runs release
+      copula, marginals), and a stateful post-processor behind a data-dependent method (its runs release
       fresh at different timesteps, so the filter cannot step them as one stack).
     """
     from stream.lab.noise import EngineNoise, PooledNoise

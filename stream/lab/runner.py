@@ -137,7 +137,7 @@ SHARED_DECISIONS = frozenset({"uniform", "fixed", "sample"})
 
 #: decision methods the runner takes under user-level privacy (one total budget: a unit ledger
 #: whose window spans the stream, :meth:`controller.ledger.UnitLedger.for_unit`)
-USER_LEVEL_METHODS = frozenset({"uniform", "fixed"})
+USER_LEVEL_METHODS = frozenset({"uniform", "fixed", "dsat", "dsft"})
 
 
 def runner_eligible(settings: Any) -> bool:

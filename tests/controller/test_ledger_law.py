@@ -42,6 +42,8 @@ def scenarios(draw):
 def _same_state(exact: AccountantLedger, units: UnitLedger, t: int) -> None:
     for r in range(exact.runs):
         assert exact.view(t, r) == units.view(t, r), f"run {r} after timestep {t}"
+    # what could still be charged at t, per run (the user-level horizon's last release takes it)
+    assert exact.remaining(t).tolist() == [Fraction(int(u)) * units.unit for u in units.remaining(t)], t
 
 
 @settings(max_examples=400, deadline=None)
@@ -140,7 +142,7 @@ def user_level_scenarios(draw):
     charges = draw(st.lists(st.one_of(share, fractions), min_size=1, max_size=3))
     runs = draw(st.integers(1, 4))
     timesteps = draw(st.integers(1, 25))
-    op = st.tuples(st.integers(0, 5), st.integers(1, 2**runs - 1))
+    op = st.tuples(st.sampled_from(["spend", "extend"]), st.integers(0, 5), st.integers(1, 2**runs - 1))
     steps = draw(st.lists(st.lists(op, max_size=3), min_size=timesteps, max_size=timesteps))
     return epsilon, charges, runs, steps
 
@@ -150,7 +152,8 @@ def user_level_scenarios(draw):
 def test_a_unit_ledger_over_the_whole_stream_is_the_user_level_accountant(scenario):
     """User-level privacy (one total budget, :class:`controller.accountant.UserLevelAccountant`):
     :meth:`UnitLedger.for_unit` gives a window spanning the stream, and answers, totals and the
-    largest 'window' figure equal the accountant's on the same spends."""
+    largest 'window' figure and what remains equal the accountant's on the same spends, and stretching
+    an entry (a user-level SVT instance's, every query) never changes a total."""
     from controller.accountant import UserLevelAccountant
     from controller.units import UserLevel
 
@@ -158,15 +161,29 @@ def test_a_unit_ledger_over_the_whole_stream_is_the_user_level_accountant(scenar
     unit = UserLevel(epsilon, horizon=len(steps), cutoff=1)
     exact = AccountantLedger([UserLevelAccountant(epsilon) for _ in range(runs)])
     units = UnitLedger.for_unit(unit, runs, len(steps), charges)
+    first: list[tuple[int, int, int] | None] = [None] * runs  # each run's first entry: seq, handle, charge
     for t, ops in enumerate(steps):
-        for c, mask in ops:
+        for kind, c, mask in ops:
             rows = np.array([r for r in range(runs) if mask >> r & 1], dtype=np.int64)
             c %= len(charges)
+            if kind == "extend":  # stretch each chosen run's first entry to t (charges nothing)
+                for r in rows.tolist():
+                    if first[r] is not None:
+                        seq, handle, fc = first[r]
+                        row = np.array([r])
+                        s2 = exact.extend(t, row, np.array([seq]), exact.amount(charges[fc]))
+                        h2 = units.extend(t, row, np.array([handle]), units.amount(charges[fc]))
+                        first[r] = (int(s2[0]), int(h2[0]), fc)
+                _same_state(exact, units, t)
+                continue
             e_exact, e_units = exact.amount(charges[c]), units.amount(charges[c])
             ok = exact.can_spend(t, e_exact)
             assert np.array_equal(ok, units.can_spend(t, e_units))
-            exact.spend(t, rows[ok[rows]], e_exact, "publication")
-            units.spend(t, rows[ok[rows]], e_units, "publication")
+            seqs = exact.spend(t, rows[ok[rows]], e_exact, "publication")
+            handles = units.spend(t, rows[ok[rows]], e_units, "publication")
+            for r, s2, h2 in zip(rows[ok[rows]].tolist(), seqs.tolist(), handles.tolist(), strict=True):
+                if first[r] is None:
+                    first[r] = (s2, h2, c)
             _same_state(exact, units, t)
             for r in range(runs):  # the largest window figure is the total, as the accountant reports
                 acct = exact.accountants[r]

@@ -365,6 +365,13 @@ RUNS_CASES = [(u, m, e) for u, m, e in CASES if isinstance(e.policy, RunsPolicy)
     ("w-event", "dsat-noise-floor-pid",
      _svt_engine("dsat", 0.1, noise_floor=True, burn_in=2, pid=PIDGains(theta_i=0.2, theta_d=0.3))),
     ("w-event", "dsft-T0.1", _svt_engine("dsft", 0.1)),
+    # user-level: horizon 30 of the 40 timesteps, so the runs reach the horizon's last timestep with
+    # different budgets left (its release takes each run's own rest) and go past it
+    ("user-level", "dsat-noise-floor-pid",
+     user_engine("dsat", threshold=0.1, cutoff=6, noise_floor=True, burn_in=2, pid=PIDGains(theta_i=0.2, theta_d=0.3))),
+    # (here the four runs reach it with 8, 6, 7 and 6 releases: three different rests)
+    ("user-level", "dsft-T0.1-noise-floor", user_engine("dsft", threshold=0.1, cutoff=12, noise_floor=True)),
+    ("user-level", "dsft-T0.3", user_engine("dsft", threshold=0.3, cutoff=8)),
 ]
 
 
@@ -394,7 +401,9 @@ def test_runs_axis_conformance(unit, name, engine):
     """R runs of ``decide_runs`` (and ``after_runs``) decide, charge and publish exactly as R single
     runs of the engine, on the exact accountants and (w-event) on the unit ledger, with each run's
     noise from that run's engine drawers. The runs start from different ledgers (odd runs carry an
-    extra charge at timestep 0), so a decision that mixed up runs would show."""
+    extra charge at timestep 0; not under user-level DSAT/DSFT, whose plan leaves no room: there each
+    run's noise steers it, down to different rests at the horizon), so a decision that mixed up runs
+    would show."""
     _check_runs_axis(unit, name, engine, 40)
 
 
@@ -428,11 +437,13 @@ def test_runs_axis_conformance_of_stateful_policies(case):
 def _check_runs_axis(unit, name, engine, timesteps):  # type: ignore[no-untyped-def]
     policy, mech, runs = engine.policy, engine.mechanism, 4
     counts = stream(timesteps, seed=2)
-    extra = policy.charges()[0]
+    # odd runs start with an extra charge; not under user-level DSAT/DSFT, whose plan spends exactly ε
+    # (ε₁ + C·ε₂/C) and so has no room for one: there the runs' noise steers them apart
+    extra = None if isinstance(policy, DistanceSamplingPolicy) else policy.charges()[0]
     expected, expected_counts = [], []
     for r in range(runs):
         acct = policy.new_accountant()
-        if r % 2:
+        if r % 2 and extra is not None:
             acct.spend(0, extra, "decision")
         state = replace(engine.initial_state(), accountant=acct)
         releases, _ = run(engine, counts, seed=r, state=state)
@@ -447,8 +458,8 @@ def _check_runs_axis(unit, name, engine, timesteps):  # type: ignore[no-untyped-
     reset_runs = getattr(policy, "reset_runs", None)
     after_runs = getattr(policy, "after_runs", None)
     for ledger in ledgers:
-        odd = np.arange(1, runs, 2)
-        ledger.spend(0, odd, ledger.amount(extra), "decision")
+        if extra is not None:
+            ledger.spend(0, np.arange(1, runs, 2), ledger.amount(extra), "decision")
         state = reset_runs(runs) if reset_runs is not None else policy.reset()
         fresh_count = np.zeros(runs, dtype=np.int64)
         last = np.zeros((runs, BINS), dtype=np.float64 if getattr(policy, "runs_publish_float", False) else np.int64)

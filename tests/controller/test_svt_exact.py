@@ -49,26 +49,39 @@ def test_every_draw_of_a_run_is_exact_integer_noise(method, unit):
         assert d.values.dtype == np.int64
 
 
-def test_the_svt_comparison_is_exact_at_the_boundary(monkeypatch):
-    """d + ν − ρ equal to T·n exactly counts as above; one less does not (no float rounding)."""
-    threshold = Fraction(repr(0.1)) * 3  # T·n with T = 0.1 and n = 3: 3/10, not 0.30000000000000004
-    assert threshold == Fraction(3, 10)
+@pytest.mark.parametrize("policy_type", [sampling.DistanceSamplingPolicy, sampling.WEventSamplingPolicy])
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_the_svt_comparison_is_exact_at_the_boundary(policy_type, adaptive):
+    """d + ν − ρ equal to T·n exactly counts as above; one less does not (no float rounding). With
+    T = 0.28 and n = 25, T·n is 7 exactly, while the float product 0.28 × 25 is 7.000000000000001,
+    whose ceiling 8 would turn the boundary case into "below". The one SVT step both units share
+    (:meth:`_svt_query`), DSFT's fixed and DSAT's per-run thresholds."""
+    from controller.ledger import UnitLedger
+    from controller.policies.base import RunsContext
 
-    class Ctx:
-        counts = np.array([1, 0], dtype=np.int64)
-        last_counts = np.array([0, 0], dtype=np.int64)
+    threshold = Fraction(repr(0.28)) * 25
+    assert threshold == 7 and 0.28 * 25 > 7
+    unit = USER if policy_type is sampling.DistanceSamplingPolicy else WEVENT
+    policy = policy_type(unit, population=25, threshold=0.28, k=Fraction(1, 2), adaptive=adaptive)
 
-        class noise:  # noqa: N801 - a drawer stand-in returning the noise we choose
-            value = 0
+    class Noise:  # ρ, then ν: the values we choose
+        values: list[int] = []
 
-            @classmethod
-            def discrete_laplace(cls, scale, size=None):
-                return cls.value
+        def laplace(self, rows, scale, size):  # type: ignore[no-untyped-def]
+            return np.array([self.values.pop(0) for _ in rows.tolist()], dtype=np.int64)
 
-    class Cal:
-        query_scale = Fraction(1)
+    def above(d: int, rho: int, nu: int) -> bool:
+        state = policy.reset_runs(1)
+        state.threshold[:] = 0.28  # DSAT's public threshold at T (the PID's start is its own)
+        Noise.values = [rho, nu]
+        ledger = UnitLedger.for_unit(unit, 1, 5, policy.charges())
+        ctx = RunsContext(1, 1, ledger, np.zeros(1, dtype=np.int64), counts=np.array([d, 0], dtype=np.int64),
+                          last=np.zeros((1, 2), dtype=np.int64), noise=Noise())
+        one = np.zeros(1, dtype=np.int64)
+        return bool(policy._svt_query(state, ctx, one, one)[0])
 
-    assert sampling._noisy_above(Ctx, Cal, 0, Fraction(1)) is True
-    assert sampling._noisy_above(Ctx, Cal, 1, Fraction(1, 10**30)) is False  # 0 >= 1e-30 is false
-    Ctx.noise.value = -1
-    assert sampling._noisy_above(Ctx, Cal, -1, Fraction(1)) is True  # 1 - 1 + 1 == 1
+    assert above(7, 0, 0) is True  # 7 >= 7
+    assert above(6, 0, 0) is False
+    assert above(7, 1, 1) is True  # 7 + 1 − 1 == 7
+    assert above(7, 1, 0) is False
+    assert above(8, 0, -1) is True

@@ -18,13 +18,14 @@ import pytest
 from benchmarks.families import settings_for
 from histogram.noise import Randomness
 from histogram.postprocess import postprocess
+from stream.config import Settings
 from stream.lab import evaluate as ev
 from stream.lab import noise as lab_noise
 from stream.lab import runner as vec
 from stream.lab.metrics import Workload
 from stream.planning.families import family_series
 from tests.histogram.test_noise_sampler import DRAWS, check_discrete_laplace
-from tests.stream.lab.test_evaluate import _settings, _truth
+from tests.stream.lab.test_evaluate import _config, _settings, _truth
 
 METHODS = ["uniform", "fixed", "sample", "dsat", "dsft", "bd", "ba", "pegasus", "fast", "adapub", "rescuedp"]
 
@@ -193,7 +194,10 @@ def test_evaluate_uses_the_kernels_and_replayable_steps_the_engine():
 
 
 def test_ineligible_configurations_take_the_engine_path():
-    user = ev.check_methods(_settings("user-level", bins=10), ["dsat"])["dsat"]
+    # a stateful post-processor behind a data-dependent method: its runs release at other timesteps
+    config = _config("user-level", bins=10)
+    config["release"].update(decision="dsat", postprocess="kalman")
+    user = Settings(**config).validate_all()
     assert not vec.runner_eligible(user)
     with pytest.raises(ValueError, match="does not take"):
         vec.run_many(user, Workload.build(_truth(5, 10), user.domain().shape, queries=0, seed=0), 2,

@@ -1,5 +1,6 @@
 """The lab's runner (:func:`stream.lab.runner.run_many`) where ``run_fast`` used to go:
-user-level uniform and fixed (a unit ledger whose window spans the stream), and stateful or delayed
+user-level uniform and fixed (a unit ledger whose window spans the stream), user-level DSAT and DSFT
+(their own ``decide_runs``, the horizon's last timestep at each run's rest), and stateful or delayed
 post-processing (``kalman``, ``ewma``, ``model``, ``release.delay``) over the stack of runs.
 
 * With :class:`EngineNoise` (each run draws from the engine's own drawers) every run's decisions and
@@ -77,6 +78,22 @@ def test_the_runner_equals_the_engine_for_user_level_and_stateful_post_processin
     assert _same_as_engine(s, w, 11, 3)
 
 
+@pytest.mark.parametrize(("method", "threshold", "floor"), [("dsat", 0.05, False), ("dsat", 0.1, True),
+                                                            ("dsft", 0.3, False), ("dsft", 0.1, True)])
+def test_the_runner_equals_the_engine_for_user_level_dsat_and_dsft(method, threshold, floor):
+    """User-level DSAT/DSFT through the runner: horizon 24 of 30 timesteps and C = 6, so the runs
+    query, stop at C releases or take their own rest at the horizon's last timestep, and republish
+    past it; the runs decide apart (shown), and each equals the engine run with its seed."""
+    config = _config("user-level", bins=10, horizon=24, cutoff=6, epsilon=1.0, population=200)
+    config["release"].update(decision=method, threshold=threshold, noise_floor=floor)
+    s = Settings(**config).validate_all()
+    w = Workload.build(_truth(30, 10, 200, seed=1), s.domain().shape, queries=30, seed=3)
+    assert vec.runner_eligible(s)
+    assert _same_as_engine(s, w, 11, 4)
+    sources = {tuple(x for x in tr.sources) for tr in _engine_runs(s, w, 11, 4)}
+    assert len(sources) > 1  # the runs made different decisions
+
+
 def test_the_equality_check_catches_a_smoother_told_every_timestep_is_fresh(monkeypatch):
     """Not vacuous: a runner that fed the filter republished counts as new measurements differs."""
     s, w = _case("w-event", "fixed", "kalman", 0)
@@ -132,9 +149,9 @@ def test_the_distribution_check_catches_block_draws_at_twice_the_scale(monkeypat
 
 def test_where_the_runner_cannot_go_the_engine_runs():
     """Stateful post-processing behind a data-dependent method (its runs release fresh at different
-    timesteps), user-level DSAT, and a mechanism other than LPA take the engine per run."""
-    for unit, method, post in (("w-event", "dsat", "kalman"), ("user-level", "dsat", "none"),
-                               ("user-level", "dsft", "nonnegative")):
+    timesteps, under either unit) and a mechanism other than LPA take the engine per run."""
+    for unit, method, post in (("w-event", "dsat", "kalman"), ("user-level", "dsat", "kalman"),
+                               ("user-level", "dsft", "nonnegative+ewma")):
         s, _ = _case(unit, method, post, 0)
         assert not vec.runner_eligible(s), (unit, method, post)
     psd = _config("w-event", bins=10, w=4, cutoff=3)
@@ -142,6 +159,8 @@ def test_where_the_runner_cannot_go_the_engine_runs():
     assert not vec.runner_eligible(Settings(**psd).validate_all())
     s, w = _case("w-event", "dsat", "nonnegative+integer", 0)
     assert vec.runner_eligible(s) and _same_as_engine(s, w, 4, 2)  # a stateless chain: the runner
+    s, w = _case("user-level", "dsft", "nonnegative", 0)
+    assert vec.runner_eligible(s) and _same_as_engine(s, w, 4, 2)
 
 
 def test_a_stateful_chain_refuses_runs_that_decide_apart():
