@@ -47,11 +47,9 @@ from controller.policies.base import (
     REPUBLISH,
     Decision,
     DecisionContext,
-    RunsContext,
-    RunsDecision,
     fresh,
 )
-from controller.policies.per_run import PerRunStates, decide_per_run, reset_per_run, smooth_per_run
+from controller.policies.per_run import PerRunLoop
 from controller.step import decode_array, encode_array
 from controller.units import WEvent
 from histogram.mechanism import NoisyHistogram
@@ -182,7 +180,7 @@ class AdaPubState:
 
 
 @dataclass(frozen=True)
-class AdaPubPolicy:
+class AdaPubPolicy(PerRunLoop):
     """AdaPub, window-split: DimParti grouping over bins, AdaCluster grouping over time.
 
     Attributes:
@@ -305,21 +303,6 @@ class AdaPubPolicy:
         labels = self.dimension_groups(state.released, ctx)
         return fresh(self.epsilon_p, "perturb", labels), replace(state, labels=labels, joined=joined)
 
-    #: the lab's runner: published releases are floats (a median / a filtered estimate)
-    runs_publish_float = True
-
-    def reset_runs(self, runs: int) -> PerRunStates:
-        return reset_per_run(self, runs)
-
-    def decide_runs(self, state: PerRunStates, ctx: RunsContext) -> tuple[RunsDecision, PerRunStates]:
-        """:meth:`decide` for each run (its ledger row, its noise): a plain per-run loop."""
-        return decide_per_run(self, state, ctx)
-
-    def after_runs(self, state: PerRunStates, ctx: RunsContext, rows: np.ndarray,
-                   noisy: Any) -> tuple[np.ndarray, PerRunStates]:
-        """:meth:`smooth` of each fresh run's grouped release (one NoisyHistogram of group sums per row)."""
-        return smooth_per_run(self, state, ctx, rows, noisy)
-
     def smooth(self, state: AdaPubState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, AdaPubState]:
         """Each bin's perturbed value is its dimension group's noisy average; publish its time group's median."""
         sums = np.asarray(noisy.counts, dtype=np.float64)
@@ -426,7 +409,7 @@ class RescueDPState:
 
 
 @dataclass(frozen=True)
-class RescueDPPolicy:
+class RescueDPPolicy(PerRunLoop):
     """RescueDP: adaptive sampling, adaptive budget, dynamic grouping, perturbation, Kalman filtering.
 
     Attributes:
@@ -556,21 +539,6 @@ class RescueDPPolicy:
         after = min(remaining - eps, self.epsilon_max)
         next_scale = float(Fraction(self.sensitivity) / after) if after > 0 else float(Fraction(self.sensitivity) / eps)
         return fresh(eps, "sample", labels), replace(state, labels=labels, next_scale=next_scale)
-
-    #: the lab's runner: published releases are floats (a median / a filtered estimate)
-    runs_publish_float = True
-
-    def reset_runs(self, runs: int) -> PerRunStates:
-        return reset_per_run(self, runs)
-
-    def decide_runs(self, state: PerRunStates, ctx: RunsContext) -> tuple[RunsDecision, PerRunStates]:
-        """:meth:`decide` for each run (its ledger row, its noise): a plain per-run loop."""
-        return decide_per_run(self, state, ctx)
-
-    def after_runs(self, state: PerRunStates, ctx: RunsContext, rows: np.ndarray,
-                   noisy: Any) -> tuple[np.ndarray, PerRunStates]:
-        """:meth:`smooth` of each fresh run's grouped release (one NoisyHistogram of group sums per row)."""
-        return smooth_per_run(self, state, ctx, rows, noisy)
 
     def smooth(self, state: RescueDPState, timestep: int, noisy: NoisyHistogram) -> tuple[NoisyHistogram, RescueDPState]:
         """Average each group's noisy sum over its bins, Kalman-correct each sampled bin, move its interval."""

@@ -26,7 +26,7 @@ from controller.policies.base import DecisionContext, RunsContext, RunsDecision
 from histogram.mechanism import NoisyHistogram
 from histogram.noise import RunDrawer
 
-__all__ = ["PerRunStates", "RunAccountant", "decide_per_run", "reset_per_run", "smooth_per_run"]
+__all__ = ["PerRunLoop", "PerRunStates", "RunAccountant", "decide_per_run", "reset_per_run", "smooth_per_run"]
 
 
 @dataclass(frozen=True)
@@ -117,3 +117,23 @@ def smooth_per_run(policy: Any, state: PerRunStates, ctx: RunsContext, rows: np.
         out[i] = published.counts
         last_epsilon[r] = release.epsilon
     return out, PerRunStates(tuple(states), tuple(last_epsilon))
+
+
+class PerRunLoop:
+    """The runs-axis hooks of a policy whose rule runs once per run (AdaPub, RescueDP): its own
+    ``decide`` and ``smooth`` called for each run in turn (:func:`decide_per_run`,
+    :func:`smooth_per_run`); published releases are floats (a median / a filtered estimate)."""
+
+    runs_publish_float = True
+
+    def reset_runs(self, runs: int) -> PerRunStates:
+        return reset_per_run(self, runs)
+
+    def decide_runs(self, state: PerRunStates, ctx: RunsContext) -> tuple[RunsDecision, PerRunStates]:
+        """:meth:`decide` for each run (its ledger row, its noise): a plain per-run loop."""
+        return decide_per_run(self, state, ctx)
+
+    def after_runs(self, state: PerRunStates, ctx: RunsContext, rows: np.ndarray,
+                   noisy: Any) -> tuple[np.ndarray, PerRunStates]:
+        """:meth:`smooth` of each fresh run's grouped release (one NoisyHistogram of group sums per row)."""
+        return smooth_per_run(self, state, ctx, rows, noisy)
