@@ -48,19 +48,22 @@ def _engine_run(s, w, seed):
     return np.stack(out), ev.run_method(s, w, Randomness.seeded(seed))
 
 
+def same_run(res, r: int, trace, rel: float) -> bool:
+    """Run ``r`` of the runner's result decided, spent and scored as the engine's ``trace``."""
+    if [-1 if x is None else x for x in trace.sources] != res.sources[r].tolist():
+        return False
+    if trace.epsilons != res.epsilons(r):
+        return False
+    return all(res.metrics[r][key] == pytest.approx(value, rel=rel, abs=1e-12, nan_ok=True)
+               for key, value in trace.metrics.items())
+
+
 def _same_as_engine(s, w, seed: int, runs: int, noise=None) -> bool:
     res = vec.run_many(s, w, runs, noise or lab_noise.EngineNoise(seed, s.stream.id), keep_published=True)
     for r in range(runs):
         published, trace = _engine_run(s, w, seed + r)
-        if not np.array_equal(published, res.published[r]):
+        if not np.array_equal(published, res.published[r]) or not same_run(res, r, trace, 1e-9):
             return False
-        if [-1 if x is None else x for x in trace.sources] != res.sources[r].tolist():
-            return False
-        if trace.epsilons != res.epsilons(r):
-            return False
-        for key, value in trace.metrics.items():
-            if res.metrics[r][key] != pytest.approx(value, rel=1e-9, abs=1e-12, nan_ok=True):
-                return False
     return True
 
 

@@ -26,6 +26,7 @@ from stream.lab import noise as lab_noise
 from stream.lab import runner as vec
 from stream.lab.metrics import QueryIndex, Workload, summarise
 from tests.stream.lab.test_evaluate import _config, _settings, _truth
+from tests.stream.lab.test_runner import same_run
 
 KEYS = ("mae", "mre", "query_abs_error", "query_rel_error")
 
@@ -60,15 +61,7 @@ def _engine_runs(s, w, seed, runs):
 
 def _same_as_engine(s, w, seed: int, runs: int) -> bool:
     res = vec.run_many(s, w, runs, lab_noise.EngineNoise(seed, s.stream.id))
-    for r, trace in enumerate(_engine_runs(s, w, seed, runs)):
-        if [-1 if x is None else x for x in trace.sources] != res.sources[r].tolist():
-            return False
-        if trace.epsilons != res.epsilons(r):
-            return False
-        for key, value in trace.metrics.items():
-            if res.metrics[r][key] != pytest.approx(value, rel=1e-12, abs=1e-12, nan_ok=True):
-                return False
-    return True
+    return all(same_run(res, r, trace, 1e-12) for r, trace in enumerate(_engine_runs(s, w, seed, runs)))
 
 
 @pytest.mark.parametrize(("unit", "method", "post", "delay"), CASES, ids=["-".join(map(str, c)) for c in CASES])
