@@ -56,11 +56,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from controller.svt import user_level_k  # noqa: E402
+from histogram.accuracy import Workload  # noqa: E402
 from stream.config import Settings, load_settings  # noqa: E402
 from stream.lab.evaluate import evaluate_settings  # noqa: E402
 from stream.lab.generate import census_attributes, generate  # noqa: E402
 from stream.lab.inputs import load_truth  # noqa: E402
-from stream.lab.metrics import Workload  # noqa: E402
+from stream.lab.metrics import build_workload  # noqa: E402
 
 FIGURES = ("fig4_2", "fig4_3", "fig4_4", "fig4_5", "fig4_6", "fig4_7", "fig4_8", "fig4_9", "noise_floor", "noise_floor_w")
 
@@ -183,7 +184,7 @@ def _traffic(args: argparse.Namespace, sc: Scale) -> tuple[Settings, np.ndarray,
 
 
 def _workload(s: Settings, truth: np.ndarray, sc: Scale, query_size: int | None = None) -> Workload:
-    return Workload.build(truth, s.domain().shape, queries=sc.queries, seed=sc.seed, query_size=query_size)
+    return build_workload(truth, s.domain().shape, queries=sc.queries, seed=sc.seed, query_size=query_size)
 
 
 def _sweep(runner: Runner, sc: Scale, xs: list[Any], cells: dict[str, list[tuple[Workload, Settings, dict[str, Any]]]],

@@ -10,13 +10,14 @@ inclusion–exclusion over the ``2^d`` corners.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from histogram.errors import DomainError
 
-__all__ = ["RangeQueries", "random_range_queries", "answer_range_queries"]
+__all__ = ["RangeQueries", "random_range_queries", "sized_range_queries", "answer_range_queries"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,52 @@ def random_range_queries(shape: tuple[int, ...], m: int, rng: np.random.Generato
     a = rng.integers(0, shape_arr, size=(m, len(shape)))
     b = rng.integers(0, shape_arr, size=(m, len(shape)))
     return RangeQueries(np.minimum(a, b), np.maximum(a, b))
+
+
+def sized_range_queries(
+    shape: tuple[int, ...], size: int, m: int, rng: np.random.Generator
+) -> RangeQueries:
+    """``m`` random range queries each covering about ``size`` bins.
+
+    Each query's side lengths are drawn so that their product is close to
+    ``size``: the dimensions are visited in random order, each takes a side
+    length that spreads the remaining log-size over the remaining dimensions
+    (with random jitter), capped by the dimension's number of bins; the last
+    dimension takes what is left. Positions are uniform where the side fits.
+
+    ``rng`` is the caller's (evaluation) generator: queries are public workload, not noise.
+    """
+    d = len(shape)
+    total = int(np.prod(shape))
+    if not 1 <= size <= total:
+        raise DomainError(f"query size must lie in [1, {total}], got {size}")
+    dims = np.asarray(shape, dtype=np.int64)
+    lengths = np.ones((m, d), dtype=np.int64)
+    for q in range(m):
+        order = rng.permutation(d)
+        remaining = float(size)
+        for pos, a in enumerate(order):
+            left = d - pos
+            cap = int(dims[a])
+            if left == 1:
+                want = remaining
+            else:
+                share = math.log(max(remaining, 1.0)) / left
+                want = math.exp(share * rng.uniform(0.3, 1.7))
+            length = int(min(cap, max(1, round(want))))
+            lengths[q, a] = length
+            remaining = max(1.0, remaining / length)
+        # a second pass grows sides to absorb what capped dimensions left over
+        for a in rng.permutation(d):
+            if remaining <= 1.0:
+                break
+            grow = min(int(dims[a]) // lengths[q, a], max(1, round(remaining)))
+            if grow > 1:
+                new = min(int(dims[a]), lengths[q, a] * grow)
+                remaining = max(1.0, remaining * lengths[q, a] / new)
+                lengths[q, a] = new
+    lo = (rng.random((m, d)) * (dims - lengths + 1)).astype(np.int64)
+    return RangeQueries(lo, lo + lengths - 1)
 
 
 def _prefix(hist: np.ndarray) -> np.ndarray:

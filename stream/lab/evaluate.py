@@ -14,7 +14,7 @@ data, and how wrong would it have been?" It runs the service's release path:
    (:class:`controller.ledger.UnitLedger`) and LPA's exact sampler; where it cannot go, the engine
    (``settings.engine()``, ``Engine.step``) is stepped once per run with
    ``Randomness.seeded(seed + r)`` (:func:`stream.lab.runs.run_method`);
-3. each release is compared with the truth (:mod:`stream.lab.metrics`, :class:`RunErrors`).
+3. each release is compared with the truth (:class:`histogram.accuracy.RunErrors`).
 
 **Noise source.** The engine path draws from the service's drawers (the drawer of timestep ``t``
 is ``drawer(stream.id, t)``, as the service draws it), so ``dpstream replay --seed seed+r``
@@ -52,11 +52,12 @@ from typing import Any
 import numpy as np
 
 from controller.method import METHODS
+from histogram.accuracy import Workload, stream_errors
 from histogram.noise import Randomness
 from histogram.postprocess import POSTPROCESSORS, parse_chain
 from stream.config import Settings
 from stream.lab.errors import EvaluationError, InputError
-from stream.lab.metrics import Workload, stream_errors, summarise
+from stream.lab.metrics import build_workload, summarise
 from stream.lab.runs import RunTrace, check_methods, run_method, split_method
 
 __all__ = [
@@ -127,7 +128,7 @@ REFERENCES: dict[str, str] = {
 def reference_rows(workload: Workload) -> dict[str, dict[str, Any]]:
     """The :data:`REFERENCES` on ``workload``: deterministic (no noise), so one run each.
 
-    The :class:`stream.lab.metrics.RunErrors` figures of publishing all zeros, and the previous
+    The :class:`histogram.accuracy.RunErrors` figures of publishing all zeros, and the previous
     timestep's exact histogram (zeros at the first); without queries their query figures are None."""
     w = workload
     zeros = np.zeros((1, w.bins), dtype=np.int64)
@@ -327,7 +328,7 @@ def evaluate(
             f"{bins}: use the config the data was produced with"
         )
     try:
-        workload = Workload.build(
+        workload = build_workload(
             truth, settings.domain().shape, queries=queries, seed=seed, sanity=sanity, query_size=query_size
         )
     except ValueError as exc:

@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from histogram.accuracy import Workload
 from histogram.noise import Randomness
 from stream.config import ConfigError, Settings
-from stream.lab.metrics import Workload
 
 __all__ = [
     "PDP_MECHANISMS",

@@ -9,7 +9,7 @@ drawer). Here all R runs go at once: the policy's state is arrays with a leading
 ledger is :class:`controller.ledger.UnitLedger` in units of the policy's declared ``charges()``
 (``tests/controller/test_ledger_law.py`` holds it equal to the exact accountant), the release is
 LPA's (its own scale, :meth:`histogram.lpa.LaplaceMechanism.scale_in_units`), and the error figures
-are :class:`stream.lab.metrics.RunErrors`'. No decision rule lives in this module.
+are :class:`histogram.accuracy.RunErrors`'. No decision rule lives in this module.
 
 The noise is a choice of source (:mod:`stream.lab.noise`): pooled blocks by default, or the
 engine's own drawers (``--replayable``: run ``r`` is what ``dpstream replay --seed seed+r``
@@ -40,9 +40,9 @@ import numpy as np
 from controller.grouped import release_groups
 from controller.ledger import UnitLedger
 from controller.policies.base import RunsContext, RunsPolicy
+from histogram.accuracy import RunErrors, Workload
 from histogram.noise import RunDrawer, RunsNoise
 from histogram.postprocess import STATEFUL, parse_chain, postprocess
-from stream.lab.metrics import RunErrors, Workload
 
 __all__ = ["ManyRuns", "RUNNER_METHODS", "SHARED_DECISIONS", "USER_LEVEL_METHODS", "runner_eligible", "run_many"]
 
@@ -74,7 +74,7 @@ class ManyRuns:
 
 
 class _ErrorBuffer:
-    """A block buffer in front of :class:`stream.lab.metrics.RunErrors` (the one implementation of
+    """A block buffer in front of :class:`histogram.accuracy.RunErrors` (the one implementation of
     the error figures): what every run published at each timestep is kept for a block of timesteps
     and handed to :meth:`RunErrors.add_block` in one array pass.
 
@@ -214,7 +214,7 @@ def run_many(
     smoothers, the structural model, with ``release.delay`` its fixed lag and, at the end, the
     last ``delay`` timesteps smoothed as far as they go) applied over the stack of runs at every
     timestep after the first release, as :func:`stream.lab.runs.run_method` applies it to its one
-    run. The error figures are :class:`stream.lab.metrics.RunErrors`'."""
+    run. The error figures are :class:`histogram.accuracy.RunErrors`'."""
     if not runner_eligible(settings):
         raise ValueError(f"the lab's runner does not take {settings.release.decision} under these settings: "
                          "step the engine once per run (stream.lab.runs.run_method)")

@@ -19,10 +19,10 @@ import numpy as np
 
 from controller.method import W_EVENT_METHODS
 from controller.runs import step_run
+from histogram.accuracy import RunErrors, Workload
 from histogram.noise import Randomness
 from stream.config import ConfigError, Settings
 from stream.lab.errors import EvaluationError
-from stream.lab.metrics import RunErrors, Workload
 
 __all__ = ["EvaluationError", "RunTrace", "check_methods", "run_method", "split_method"]
 

@@ -51,6 +51,7 @@ import numpy as np
 
 from controller.method import METHODS
 from controller.runs import step_run
+from histogram.accuracy import RunErrors, Workload, stream_errors
 from histogram.noise import Randomness
 from histogram.postprocess import POSTPROCESSORS, PostProcessor, postprocess
 from stream.planning.families import FAMILIES, FLOOR, FamilyParams, family_series, spread_over_bins
@@ -248,13 +249,15 @@ def _history(path: str, bins: int) -> np.ndarray:
 
 def _simulate(settings: Any, truth: np.ndarray, seed: int, posts: tuple[str, ...]
               ) -> tuple[dict[str, float], _Trace]:
-    """Absolute error per bin of one seeded engine run on ``truth``, for each post-processing
-    but ``model``, and the run's releases (for :func:`_model_errors`).
+    """Mean absolute error per bin (:class:`histogram.accuracy.RunErrors`' ``mae``, records) of one
+    seeded engine run on ``truth``, for each post-processing but ``model``, and the run's releases
+    (for :func:`_model_errors`).
 
     Steps ``settings.engine()`` once (its decisions and its accountant, as the service would) and
     publishes every variant from the same releases: ``none``, ``nonnegative`` and ``kalman`` (the
     service's chain ``nonnegative+kalman``; without a declared population the lab stands in the
-    bin count for it). The noise is seeded and never published."""
+    bin count for it); the variants are scored as the runs of one :class:`RunErrors`. The noise is
+    seeded and never published."""
     engine = settings.engine()
     noise = Randomness.seeded(seed)
     timesteps, bins = truth.shape
@@ -268,7 +271,7 @@ def _simulate(settings: Any, truth: np.ndarray, seed: int, posts: tuple[str, ...
     fresh, has = np.zeros(timesteps, dtype=bool), np.zeros(timesteps, dtype=bool)
     confidence = 0.0
     last: int | None = None
-    err = dict.fromkeys(posts, 0.0)
+    errors = RunErrors(_workload(truth), len(posts))  # one "run" per post-processing variant
     # the one step loop (controller.runs.step_run); an infinite published interval gives the filter a zero gain
     for t, release, _ in step_run(engine, truth, lambda t: noise.drawer("planner", t, "release")):
         src = release.source_timestep
@@ -288,10 +291,14 @@ def _simulate(settings: Any, truth: np.ndarray, seed: int, posts: tuple[str, ...
                     out, post_state = smoother.apply(post_state, release.counts, release.half_width,
                                                      release.confidence, release.kind == "fresh")
                 published["kalman"] = np.asarray(out.counts, dtype=np.float64)
-        for p in posts:
-            err[p] += float(np.abs(published[p] - truth[t]).sum())
-    n = max(1, timesteps * bins)
-    return {p: e / n for p, e in err.items()}, _Trace(counts, widths, fresh, has, confidence)
+        errors.add(t, np.stack([published[p] for p in posts]))
+    mae = {p: m["mae"] for p, m in zip(posts, errors.metrics(), strict=True)}
+    return mae, _Trace(counts, widths, fresh, has, confidence)
+
+
+def _workload(truth: np.ndarray) -> Workload:
+    """A simulated (public) stream as the error metrics' workload: per-bin figures, no queries."""
+    return Workload.build(truth, (int(truth.shape[1]),))
 
 
 @dataclass(frozen=True)
@@ -308,12 +315,14 @@ class _Trace:
 
 
 def _model_errors(settings: Any, truths: list[np.ndarray], traces: list[_Trace]) -> list[float]:
-    """Each run's absolute error per bin with ``model+nonnegative`` over its releases (run ``i``
-    released ``traces[i]`` of ``truths[i]``; all of the same shape).
+    """Each run's mean absolute error per bin (:class:`histogram.accuracy.RunErrors`' ``mae``,
+    records) with ``model+nonnegative`` over its releases (run ``i`` released ``traces[i]`` of
+    ``truths[i]``; all of the same shape).
 
     The filter takes all runs at once that drew fresh noise at the same timesteps (a schedule:
     uniform, fixed, Sample, on every stream), one group at a time otherwise: the filter's rows
-    are independent, so these are the numbers of one run at a time, in fewer steps."""
+    are independent, so these are the numbers of one run at a time, in fewer steps. Within a
+    group, the runs of one stream are scored together (one :class:`RunErrors` per stream)."""
     timesteps, bins = truths[0].shape
     out = [0.0] * len(traces)
     groups: dict[bytes, list[int]] = {}
@@ -321,22 +330,31 @@ def _model_errors(settings: Any, truths: list[np.ndarray], traces: list[_Trace])
         groups.setdefault(tr.fresh.tobytes() + tr.has.tobytes(), []).append(i)
     filt = PostProcessor.for_stream(MODEL_CHAIN, population=settings.privacy.population or bins, bins=bins,
                                     contribution_bound=settings.privacy.contribution_bound)
+    workloads: dict[int, Workload] = {}  # one per distinct truth (the runs of one stream share it)
     for idx in groups.values():
         first = traces[idx[0]]
         state = filt.initial()
         counts = np.stack([traces[i].counts for i in idx])  # (R, T, B)
         widths = np.stack([traces[i].widths for i in idx])
-        truth = np.stack([truths[i] for i in idx])
-        err = np.zeros(len(idx))
+        rows: dict[int, list[int]] = {}  # truth -> the group's rows that ran on it
+        for j, i in enumerate(idx):
+            rows.setdefault(id(truths[i]), []).append(j)
+        scored = []
+        for key, js in rows.items():
+            if key not in workloads:
+                workloads[key] = _workload(truths[idx[js[0]]])
+            scored.append((np.asarray(js), RunErrors(workloads[key], len(js))))
         for t in range(timesteps):
             published = np.zeros((len(idx), bins))
             if first.has[t]:
                 with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
                     got, state = filt.apply(state, counts[:, t], widths[:, t], first.confidence, bool(first.fresh[t]))
                 published = np.asarray(got.counts, dtype=np.float64)
-            err += np.abs(published - truth[:, t]).sum(axis=1)
-        for j, i in enumerate(idx):
-            out[i] = float(err[j]) / max(1, timesteps * bins)
+            for js, errors in scored:
+                errors.add(t, published[js])
+        for js, errors in scored:
+            for j, m in zip(js, errors.metrics(), strict=True):
+                out[idx[j]] = m["mae"]
     return out
 
 
@@ -452,7 +470,7 @@ def plan(settings: Any, *, runs: int | None = None) -> Plan:
         population = facts["population"] or bins
         streams = {f: scenario(f, steps, bins, population) for f in FAMILIES}
     mae, cands = simulate(base, list(streams.values()), int(facts["runs"]), NOISE_SEED)
-    zero = tuple(float(np.mean(t)) for t in streams.values())
+    zero = tuple(stream_errors(_workload(t), np.zeros(t.shape))[0]["mae"] for t in streams.values())
     scores, order = rank(mae, zero=zero)
     lab_choice = cands[order[0]]
     choice = next(cands[n] for n in order if cands[n].publishable(settings.privacy.population))

@@ -57,9 +57,9 @@ def test_the_lab_and_the_planner_step_through_it(monkeypatch):
 
     monkeypatch.setattr(controller.runs, "step_run", spy(controller.runs.step_run))  # diagnostics imports it late
     s = _settings("w-event", bins=10, w=4, cutoff=2, population=200)
-    from stream.lab.metrics import Workload
+    from stream.lab.metrics import build_workload
 
-    w = Workload.build(_truth(10, 10, 200), s.domain().shape, queries=0, seed=0)
+    w = build_workload(_truth(10, 10, 200), s.domain().shape, queries=0, seed=0)
     lab_runs.run_method(s, w, Randomness.seeded(1))
     planner._simulate(s, w.truth, 1, ("none",))
     planner.noise_above_data(s, max_steps=3)

@@ -53,9 +53,9 @@ def test_the_lab_scores_a_delayed_release_against_the_timestep_it_is_for():
     timestep of a jumping stream it would not be (the jump would count k times over)."""
     import numpy as np
 
+    from histogram.accuracy import Workload
     from histogram.noise import Randomness
     from stream.lab.evaluate import run_method
-    from stream.lab.metrics import Workload
 
     s = small_settings(privacy={"epsilon": 50.0}, release={"decision": "uniform", "postprocess": "model",
                                                           "delay": 3}).validate_all()

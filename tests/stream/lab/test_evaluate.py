@@ -12,11 +12,12 @@ import pytest
 import yaml
 from scipy import stats
 
+from histogram.accuracy import QueryIndex
 from histogram.noise import discrete_laplace_mean_abs
-from histogram.query import answer_range_queries, random_range_queries
+from histogram.query import answer_range_queries, random_range_queries, sized_range_queries
 from stream.config import Settings
 from stream.lab.evaluate import EvaluationError, evaluate, parse_methods
-from stream.lab.metrics import QueryIndex, Workload, sized_range_queries, t_interval
+from stream.lab.metrics import build_workload, t_interval
 
 KEYS = ("mae", "mre", "query_abs_error", "query_rel_error", "fresh_releases", "epsilon_spent", "max_window_spend")
 
@@ -139,7 +140,7 @@ def test_w_event_window_spend_never_exceeds_epsilon():
     from stream.lab.noise import PooledNoise
     from stream.lab.runner import run_many
 
-    wl = Workload.build(_truth(30), s.domain().shape, queries=0, seed=2)
+    wl = build_workload(_truth(30), s.domain().shape, queries=0, seed=2)
     for name, ms in check_methods(s, ["dsat", "bd", "ba", "uniform", "fixed"]).items():
         runs = run_many(ms, wl, 20, PooledNoise(2, ms.stream.id, name)).metrics
         assert max(m["max_window_spend"] for m in runs) <= 1.0, name
@@ -200,9 +201,9 @@ def test_sized_queries_cover_about_the_asked_size():
 
 def test_relative_error_uses_the_sanity_bound():
     truth = np.array([[0, 4] * 25] * 3, dtype=np.int64)
-    w1 = Workload.build(truth, (10, 5), queries=0, seed=0, sanity=1.0)
-    w2 = Workload.build(truth, (10, 5), queries=0, seed=0, sanity=8.0)
-    from stream.lab.metrics import RunErrors
+    w1 = build_workload(truth, (10, 5), queries=0, seed=0, sanity=1.0)
+    w2 = build_workload(truth, (10, 5), queries=0, seed=0, sanity=8.0)
+    from histogram.accuracy import RunErrors
 
     for w, expect in ((w1, (2 / 1 + 2 / 4) / 2), (w2, (2 / 8 + 2 / 8) / 2)):
         acc = RunErrors(w)

@@ -15,7 +15,7 @@ from stream.commands.cli import main
 from stream.config import load_settings
 from stream.lab.evaluate import EvaluationError, evaluate
 from stream.lab.inputs import load_truth
-from stream.lab.metrics import Workload
+from stream.lab.metrics import build_workload
 from stream.lab.personal import (
     PersonalRows,
     default_threshold,
@@ -217,7 +217,7 @@ def test_run_refuses_rows_of_another_declaration(tmp_path):
     truth = load_truth(settings, events)
     rows = truth.personal
     other = PersonalRows(rows.flat, rows.persons, rows.bins, rows.levels + 1)
-    workload = Workload.build(truth.counts, settings.domain().shape, queries=0, seed=0)
+    workload = build_workload(truth.counts, settings.domain().shape, queries=0, seed=0)
     with pytest.raises(EvaluationError, match="do not match"):
         run_personal(settings, other, workload, Randomness.seeded(0))
 

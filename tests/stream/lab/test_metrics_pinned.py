@@ -1,6 +1,6 @@
 """The evaluation's error figures pinned on a small stream (issue 29: one error-metrics module).
 
-Written before the metrics were merged into one implementation (stream.lab.metrics.RunErrors),
+Written before the metrics were merged into one implementation (now histogram.accuracy.RunErrors),
 with the values the engine path (``run_method``), the non-private ``-true`` versions, the fast
 path for data-independent methods (``run_fast``, now deleted: the runner takes user-level uniform) and
 the reference rows gave then. The engine
@@ -15,7 +15,7 @@ import pytest
 
 from histogram.noise import Randomness
 from stream.lab import evaluate as ev
-from stream.lab.metrics import Workload
+from stream.lab.metrics import build_workload
 from tests.stream.lab.test_evaluate import _settings, _truth
 
 KEYS = ("mae", "mre", "query_abs_error", "query_rel_error")
@@ -45,7 +45,7 @@ REFERENCES = {"zero-release": [10.0, 0.8916666666666667, 51.805, 1.0],
 def stream():
     base = _settings("user-level", bins=15, horizon=16, cutoff=4, epsilon=1.0)
     truth = _truth(16, 15, 150, seed=4)
-    w = Workload.build(truth, base.domain().shape, queries=25, seed=5)
+    w = build_workload(truth, base.domain().shape, queries=25, seed=5)
     return ev.check_methods(base, ["dsat", "uniform", "dsat+kalman", "uniform+nonnegative"]), w
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from histogram.accuracy import QueryIndex, Workload
 from histogram.query import RangeQueries
-from stream.lab.metrics import QueryIndex, Workload
+from stream.lab.metrics import build_workload
 
 
 def _index(lo, hi, shape):
@@ -43,7 +44,7 @@ def test_distinct_queries_keep_the_plain_path():
 
 def test_one_bin_workload_answers_equal_the_per_query_answers():
     truth = np.random.default_rng(2).integers(0, 1000, (50, 1))
-    w = Workload.build(truth, (1,), queries=200, seed=0)
+    w = build_workload(truth, (1,), queries=200, seed=0)
     assert w.queries._distinct is not None and w.queries._distinct[0].shape[0] == 1
     assert np.array_equal(w.truth_answers, w.queries.answer_many(truth))
 
@@ -60,7 +61,7 @@ def test_a_pickled_workload_is_compact_and_unpickles_to_the_same_arrays():
     import pickle
 
     truth = np.random.default_rng(3).integers(0, 1000, (300, 1))
-    w = Workload.build(truth, (1,), queries=500, seed=0)
+    w = build_workload(truth, (1,), queries=500, seed=0)
     data = pickle.dumps(w)
     assert len(data) < w.truth_answers.nbytes // 10  # each distinct query's answers once
     back = pickle.loads(data)
@@ -72,7 +73,7 @@ def test_a_hand_made_workload_whose_copies_differ_is_pickled_whole():
     import pickle
 
     truth = np.random.default_rng(4).integers(0, 1000, (20, 1))
-    w = Workload.build(truth, (1,), queries=30, seed=0)
+    w = build_workload(truth, (1,), queries=30, seed=0)
     answers = w.truth_answers.copy()
     answers[5, 7] += 1  # deliberately not a copy of its query's column
     odd = Workload(w.truth, w.shape, w.queries, answers, w.sanity)

@@ -1,4 +1,4 @@
-"""stream.lab.metrics.RunErrors, the one implementation of the evaluation's error figures: a stack
+"""histogram.accuracy.RunErrors, the one implementation of the evaluation's error figures: a stack
 of runs gives each run's own figures, blocks give the per-step floats, and the figures are the
 thesis's definitions (checked against a direct formula)."""
 
@@ -9,14 +9,15 @@ import math
 import numpy as np
 import pytest
 
-from stream.lab.metrics import RunErrors, Workload, stream_errors
+from histogram.accuracy import RunErrors, Workload, stream_errors
+from stream.lab.metrics import build_workload
 from tests.stream.lab.test_evaluate import _settings, _truth
 
 
 @pytest.fixture(scope="module")
 def workload():
     s = _settings("w-event", bins=50, w=4, cutoff=2)
-    return Workload.build(_truth(25, 50, 300), s.domain().shape, queries=64, seed=3)
+    return build_workload(_truth(25, 50, 300), s.domain().shape, queries=64, seed=3)
 
 
 def _published(w: Workload, runs: int, seed: int = 0) -> np.ndarray:

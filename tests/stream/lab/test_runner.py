@@ -22,7 +22,7 @@ from stream.config import Settings
 from stream.lab import evaluate as ev
 from stream.lab import noise as lab_noise
 from stream.lab import runner as vec
-from stream.lab.metrics import Workload
+from stream.lab.metrics import build_workload
 from stream.planning.families import family_series
 from tests.histogram.test_noise_sampler import DRAWS, check_discrete_laplace
 from tests.stream.lab.test_evaluate import _config, _settings, _truth
@@ -34,7 +34,7 @@ def _small(method: str, bins: int = 10, post: str | None = None):
     base = _settings("w-event", bins=bins, w=4, cutoff=2, epsilon=1.0, population=200)
     name = method if post is None else f"{method}+{post}"
     s = ev.check_methods(base, [name])[name]
-    w = Workload.build(_truth(40, bins, 200, seed=1), s.domain().shape, queries=30, seed=3)
+    w = build_workload(_truth(40, bins, 200, seed=1), s.domain().shape, queries=30, seed=3)
     return s, w
 
 
@@ -87,7 +87,7 @@ def test_kernels_equal_the_engine_on_a_benchmark_family_stream(method, epsilon, 
     """The benchmark's shape: one bin, large counts, the generated config (threshold, PID, C = w)."""
     base = settings_for("sine", epsilon, w, 1000.0)
     s = ev.check_methods(base, [method])[method]
-    wl = Workload.build(family_series("sine", 150, 1), s.domain().shape, queries=50, seed=3)
+    wl = build_workload(family_series("sine", 150, 1), s.domain().shape, queries=50, seed=3)
     assert _same_as_engine(s, wl, 7, 2)
 
 
@@ -188,7 +188,7 @@ def test_evaluate_uses_the_kernels_and_replayable_steps_the_engine():
     fast = ev.evaluate(s, truth, ["dsat", "bd"], runs=3, queries=10, seed=2, progress=False)
     slow = ev.evaluate(s, truth, ["dsat", "bd"], runs=3, queries=10, seed=2, progress=False, replayable=True)
     first = ev.run_method(ev.check_methods(s, ["dsat"])["dsat"],
-                          Workload.build(truth, s.domain().shape, queries=10, seed=2), Randomness.seeded(2))
+                          build_workload(truth, s.domain().shape, queries=10, seed=2), Randomness.seeded(2))
     # --replayable: run 0 is what replay --seed 2 publishes; the default: other draws, same law
     assert slow["methods"]["dsat"]["mae"] != fast["methods"]["dsat"]["mae"]
     per_run = ev.evaluate(s, truth, ["dsat"], runs=1, queries=10, seed=2, progress=False, replayable=True)
@@ -203,7 +203,7 @@ def test_ineligible_configurations_take_the_engine_path():
     user = Settings(**config).validate_all()
     assert not vec.runner_eligible(user)
     with pytest.raises(ValueError, match="does not take"):
-        vec.run_many(user, Workload.build(_truth(5, 10), user.domain().shape, queries=0, seed=0), 2,
+        vec.run_many(user, build_workload(_truth(5, 10), user.domain().shape, queries=0, seed=0), 2,
                            lab_noise.PooledNoise(0, "t", "x"))
 
 
@@ -225,7 +225,7 @@ def test_fast_w_survives_an_error_that_overflows_exp():
     out, new = policy.smooth(state, 4, noisy)
     assert new.interval == 1 and new.next_sample == 5
     assert FAST_MAX_EXPONENT < math.log(np.finfo(np.float64).max)
-    wl = Workload.build(family_series("sine", 200, 1), s.domain().shape, queries=0, seed=3)
+    wl = build_workload(family_series("sine", 200, 1), s.domain().shape, queries=0, seed=3)
     assert _same_as_engine(s, wl, 7, 2)
 
 
@@ -273,7 +273,7 @@ def test_replayable_is_a_noise_source_of_the_one_run_path(monkeypatch):
     """--replayable runs the same lab path with the engine's drawers: each run equals stepping the
     engine with seed + r (what replay --seed seed+r publishes); the engine-stepping path is not used."""
     s, w = _small("dsat")
-    workload = Workload.build(w.truth, s.domain().shape, queries=10, seed=2)
+    workload = build_workload(w.truth, s.domain().shape, queries=10, seed=2)
     per_run = [ev.run_method(ev.check_methods(s, ["dsat"])["dsat"], workload, Randomness.seeded(2 + r)).metrics
                for r in range(3)]
 

@@ -18,13 +18,14 @@ import json
 import numpy as np
 import pytest
 
+from histogram.accuracy import QueryIndex
 from histogram.noise import Randomness
 from histogram.postprocess import PostProcessor
 from stream.config import Settings
 from stream.lab import evaluate as ev
 from stream.lab import noise as lab_noise
 from stream.lab import runner as vec
-from stream.lab.metrics import QueryIndex, Workload, summarise
+from stream.lab.metrics import build_workload, summarise
 from tests.stream.lab.test_evaluate import _config, _settings, _truth
 from tests.stream.lab.test_runner import same_run
 
@@ -47,12 +48,12 @@ def _case(unit: str, method: str, post: str, delay: int, timesteps: int = 30):
     config = _config(unit, bins=10, horizon=timesteps, cutoff=3, w=4, epsilon=1.0, population=200)
     config["release"].update(decision=method, postprocess=post, delay=delay)
     s = Settings(**config).validate_all()
-    w = Workload.build(_truth(timesteps, 10, 200, seed=1), s.domain().shape, queries=30, seed=3)
+    w = build_workload(_truth(timesteps, 10, 200, seed=1), s.domain().shape, queries=30, seed=3)
     return s, w
 
 
 def _workload(truth, settings, queries=40):
-    return Workload.build(truth, settings.domain().shape, queries=queries, seed=3)
+    return build_workload(truth, settings.domain().shape, queries=queries, seed=3)
 
 
 def _engine_runs(s, w, seed, runs):
@@ -80,7 +81,7 @@ def test_the_runner_equals_the_engine_for_user_level_dsat_and_dsft(method, thres
     config = _config("user-level", bins=10, horizon=24, cutoff=6, epsilon=1.0, population=200)
     config["release"].update(decision=method, threshold=threshold, noise_floor=floor)
     s = Settings(**config).validate_all()
-    w = Workload.build(_truth(30, 10, 200, seed=1), s.domain().shape, queries=30, seed=3)
+    w = build_workload(_truth(30, 10, 200, seed=1), s.domain().shape, queries=30, seed=3)
     assert vec.runner_eligible(s)
     assert _same_as_engine(s, w, 11, 4)
     sources = {tuple(x for x in tr.sources) for tr in _engine_runs(s, w, 11, 4)}

@@ -99,11 +99,11 @@ def check_plan_from_configuration_only() -> None:
 
 def test_a_planner_reading_the_input_population_is_caught():
     """The broken variant: the plan ``evaluate`` reports is computed with the evaluated input's peak as
-    the population (patched in around ``Workload.build``, which sees the input first)."""
+    the population (patched in around ``build_workload``, which sees the input first)."""
     import stream.lab.evaluate as evaluate_mod
 
     seen: dict[str, int] = {}
-    real_build, real_plan = evaluate_mod.Workload.build, planner.plan
+    real_build, real_plan = evaluate_mod.build_workload, planner.plan
 
     def build(truth, *args, **kwargs):  # type: ignore[no-untyped-def]
         seen["peak"] = int(np.asarray(truth).sum(axis=1).max())
@@ -116,7 +116,7 @@ def test_a_planner_reading_the_input_population_is_caught():
 
     planner._CACHE.clear()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(evaluate_mod.Workload, "build", build)
+        mp.setattr(evaluate_mod, "build_workload", build)
         mp.setattr(planner, "plan", reading_plan)
         with pytest.raises(AssertionError):
             check_plan_from_configuration_only()
