@@ -25,7 +25,7 @@ from histogram.errors import HistogramError
 from histogram.lpa import LaplaceMechanism
 from histogram.mechanism import Mechanism
 from histogram.noise import Randomness
-from histogram.postprocess import PostProcessor
+from histogram.postprocess import STATEFUL, PostProcessor, parse_chain
 from stream.config.alerts import private_engine
 from stream.config.errors import ConfigError
 from stream.config.sections import (
@@ -268,8 +268,9 @@ def build_engine(settings: SettingsView, *, decision: str | None = None, mechani
                                        else b""))
 
 
-#: Post-processing chains that smooth (the configuration refuses them after FAST and PeGaSus).
-_SMOOTHERS = ("kalman", "ewma")
+#: Post-processing steps that smooth by the releases' published noise (the configuration refuses
+#: them after FAST and PeGaSus, which publish filtered counts with no interval): every stateful step.
+_SMOOTHERS = STATEFUL
 
 
 def online_policy(settings: SettingsView, spec: MethodSpec, mech: Mechanism, bins: int) -> Any:
@@ -294,7 +295,7 @@ def online_policy(settings: SettingsView, spec: MethodSpec, mech: Mechanism, bin
                                  "w-event (under user-level privacy name release.decision)")
     if getattr(mech, "view", None) is not None:
         raise ConfigurationError("release.planner.online plans histogram releases: use release.mechanism lpa or psd")
-    smoothing = any(s in settings.release.postprocess for s in _SMOOTHERS)
+    smoothing = any(s in _SMOOTHERS for s in parse_chain(settings.release.postprocess))
     policies, labels = [], []
     for decision in METHODS:
         if (decision in GROUPED_METHODS and settings.release.mechanism != "lpa") or \

@@ -8,10 +8,12 @@ treats that series, averaged with the releases' declared noise scales (:func:`sc
 as the one public scenario (as a declared-public
 history, :func:`stream.planning.planner.plan`) and simulates every candidate on it through the
 engine, ``release.planner.runs`` seeded runs each, scoring each with the configured
-``release.postprocess`` (``none``, ``nonnegative`` or the ``+kalman`` chain). The candidate with
-the smallest mean absolute error per bin wins (ties: the candidate's name), unless the current
-candidate is within :data:`HYSTERESIS` of it (a switch is not free: the new method waits for the
-old one's charges to leave its windows).
+``release.postprocess`` chain itself (:func:`scored_chain`: ``model+nonnegative`` is scored through
+the model filter, ``kalman+nonnegative`` in that order, ``ewma`` as ``ewma``, as the service would
+publish them; :func:`stream.planning.planner._chain_errors`). The candidate with the smallest mean
+absolute error per bin (:class:`histogram.accuracy.RunErrors`' ``mae``) wins (ties: the
+candidate's name), unless the current candidate is within :data:`HYSTERESIS` of it (a switch is
+not free: the new method waits for the old one's charges to leave its windows).
 
 **Privacy** (``docs/privacy.md`` §13.1): the input is published values and public configuration
 only; the simulation noise is seeded from constants and never published, so the choice is a
@@ -29,9 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from stream.planning.planner import DISTANCE, NOISE_SEED, Candidate, _simulate
+from histogram.postprocess import chain_text, parse_chain
+from stream.planning.planner import DISTANCE, NOISE_SEED, Candidate, _chain_errors, _simulate
 
-__all__ = ["HYSTERESIS", "candidate_label", "replanner", "scenario_of", "scored_post"]
+__all__ = ["HYSTERESIS", "Replanner", "candidate_label", "replanner", "scenario_of", "scored_chain"]
 
 
 #: Keep the current candidate unless the best one's simulated error is below ``current / HYSTERESIS``
@@ -65,11 +68,10 @@ def candidate_label(decision: str, noise_floor: bool | None) -> str:
     return Candidate(decision, noise_floor=noise_floor if decision in DISTANCE else None).name
 
 
-def scored_post(postprocess: str) -> str:
-    """The planner's post-processing closest to ``release.postprocess`` (what the re-plan scores)."""
-    if "kalman" in postprocess:
-        return "kalman"
-    return "nonnegative" if "nonnegative" in postprocess else "none"
+def scored_chain(postprocess: str) -> str:
+    """The chain a re-plan scores every candidate with: the configured ``release.postprocess``
+    itself, in canonical text (``none`` for no post-processing), whatever its steps and order."""
+    return chain_text(parse_chain(postprocess))
 
 
 def _parse(label: str) -> tuple[str, bool | None]:
@@ -77,36 +79,51 @@ def _parse(label: str) -> tuple[str, bool | None]:
     return decision, (rest.startswith("noise_floor") if decision in DISTANCE else None)
 
 
-def replanner(settings: Any, labels: tuple[str, ...]) -> Callable[[np.ndarray, tuple[Fraction, ...]], int]:
-    """The deterministic re-plan over ``labels`` (candidate names, in the policy's order).
+class Replanner:
+    """The deterministic re-plan over ``labels`` (candidate names, in the policy's order): called
+    as ``replan(series, epsilons, current)`` by :class:`controller.online.OnlinePolicy`.
 
     ``settings``: the stream's settings (``release.planner.online`` set). The candidates' settings
     are built lazily, at the first re-plan, without ``release.planner.online`` (so that loading a
     configuration does not simulate anything)."""
-    post = scored_post(settings.release.postprocess)
-    runs = settings.release.planner.runs
-    cache: dict[str, Any] = {}
 
-    def candidate_settings(label: str) -> Any:
-        if label not in cache:
+    def __init__(self, settings: Any, labels: tuple[str, ...]) -> None:
+        self.settings = settings
+        self.labels = tuple(labels)
+        self.chain = scored_chain(settings.release.postprocess)
+        self.runs = int(settings.release.planner.runs)
+        self._cache: dict[str, Any] = {}
+
+    def _candidate(self, label: str) -> Any:
+        if label not in self._cache:
             decision, floor = _parse(label)
             release: dict[str, Any] = {"decision": decision, "planner": {"online": None}}
             if floor is not None:
                 release["noise_floor"] = floor
-            cache[label] = settings.with_changes({"release": release})
-        return cache[label]
+            self._cache[label] = self.settings.with_changes({"release": release})
+        return self._cache[label]
 
-    def replan(series: np.ndarray, epsilons: tuple[Fraction, ...], current: int) -> int:
+    def scores(self, series: np.ndarray, epsilons: tuple[Fraction, ...]) -> tuple[float, ...]:
+        """Each candidate's simulated mean absolute error per bin (records; ``inf``: unusable) on the
+        scenario of ``series`` (:func:`scenario_of`), published through :attr:`chain`, mean over
+        :attr:`runs` seeded runs."""
         truth = scenario_of(series, epsilons)
-        scores = []
-        for i, label in enumerate(labels):
-            s = candidate_settings(label)
-            errs = [_simulate(s, truth, NOISE_SEED + r, (post,))[0][post] for r in range(runs)]
-            mae = float(np.mean(errs))
-            scores.append((mae if np.isfinite(mae) else np.inf, label, i))
-        best = min(scores)
-        if scores[current][0] <= HYSTERESIS * best[0]:
+        out = []
+        for label in self.labels:
+            s = self._candidate(label)
+            traces = [_simulate(s, truth, NOISE_SEED + r, ())[1] for r in range(self.runs)]
+            mae = float(np.mean(_chain_errors(s, self.chain, [truth] * self.runs, traces)))
+            out.append(mae if np.isfinite(mae) else np.inf)
+        return tuple(out)
+
+    def __call__(self, series: np.ndarray, epsilons: tuple[Fraction, ...], current: int) -> int:
+        scores = self.scores(series, epsilons)
+        best = min((m, label, i) for i, (m, label) in enumerate(zip(scores, self.labels, strict=True)))
+        if scores[current] <= HYSTERESIS * best[0]:
             return current  # a switch costs up to w - 1 timesteps of reduced budget: only for a clear gain
         return best[2]
 
-    return replan
+
+def replanner(settings: Any, labels: tuple[str, ...]) -> Callable[[np.ndarray, tuple[Fraction, ...], int], int]:
+    """The :class:`Replanner` of ``settings`` over ``labels``."""
+    return Replanner(settings, labels)

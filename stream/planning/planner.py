@@ -251,7 +251,7 @@ def _simulate(settings: Any, truth: np.ndarray, seed: int, posts: tuple[str, ...
               ) -> tuple[dict[str, float], _Trace]:
     """Mean absolute error per bin (:class:`histogram.accuracy.RunErrors`' ``mae``, records) of one
     seeded engine run on ``truth``, for each post-processing but ``model``, and the run's releases
-    (for :func:`_model_errors`).
+    (for :func:`_chain_errors`).
 
     Steps ``settings.engine()`` once (its decisions and its accountant, as the service would) and
     publishes every variant from the same releases: ``none``, ``nonnegative`` and ``kalman`` (the
@@ -271,7 +271,7 @@ def _simulate(settings: Any, truth: np.ndarray, seed: int, posts: tuple[str, ...
     fresh, has = np.zeros(timesteps, dtype=bool), np.zeros(timesteps, dtype=bool)
     confidence = 0.0
     last: int | None = None
-    errors = RunErrors(_workload(truth), len(posts))  # one "run" per post-processing variant
+    errors = RunErrors(_workload(truth), len(posts)) if posts else None  # one "run" per variant
     # the one step loop (controller.runs.step_run); an infinite published interval gives the filter a zero gain
     for t, release, _ in step_run(engine, truth, lambda t: noise.drawer("planner", t, "release")):
         src = release.source_timestep
@@ -291,8 +291,9 @@ def _simulate(settings: Any, truth: np.ndarray, seed: int, posts: tuple[str, ...
                     out, post_state = smoother.apply(post_state, release.counts, release.half_width,
                                                      release.confidence, release.kind == "fresh")
                 published["kalman"] = np.asarray(out.counts, dtype=np.float64)
-        errors.add(t, np.stack([published[p] for p in posts]))
-    mae = {p: m["mae"] for p, m in zip(posts, errors.metrics(), strict=True)}
+        if errors is not None:
+            errors.add(t, np.stack([published[p] for p in posts]))
+    mae = {} if errors is None else {p: m["mae"] for p, m in zip(posts, errors.metrics(), strict=True)}
     return mae, _Trace(counts, widths, fresh, has, confidence)
 
 
@@ -314,21 +315,24 @@ class _Trace:
     confidence: float
 
 
-def _model_errors(settings: Any, truths: list[np.ndarray], traces: list[_Trace]) -> list[float]:
+def _chain_errors(settings: Any, chain: str, truths: list[np.ndarray], traces: list[_Trace]) -> list[float]:
     """Each run's mean absolute error per bin (:class:`histogram.accuracy.RunErrors`' ``mae``,
-    records) with ``model+nonnegative`` over its releases (run ``i`` released ``traces[i]`` of
-    ``truths[i]``; all of the same shape).
+    records) with the post-processing ``chain`` (``release.postprocess`` text, e.g.
+    ``model+nonnegative``) applied to its releases as the service applies it
+    (:meth:`histogram.postprocess.PostProcessor.for_stream`, no delay; without a declared population
+    the bin count stands in for it), run ``i`` having released ``traces[i]`` of ``truths[i]`` (all
+    of the same shape).
 
-    The filter takes all runs at once that drew fresh noise at the same timesteps (a schedule:
-    uniform, fixed, Sample, on every stream), one group at a time otherwise: the filter's rows
-    are independent, so these are the numbers of one run at a time, in fewer steps. Within a
-    group, the runs of one stream are scored together (one :class:`RunErrors` per stream)."""
+    The chain takes all runs at once that drew fresh noise at the same timesteps (a schedule:
+    uniform, fixed, Sample, on every stream), one group at a time otherwise: its rows are
+    independent, so these are the numbers of one run at a time, in fewer steps. Within a group,
+    the runs of one stream are scored together (one :class:`RunErrors` per stream)."""
     timesteps, bins = truths[0].shape
     out = [0.0] * len(traces)
     groups: dict[bytes, list[int]] = {}
     for i, tr in enumerate(traces):
         groups.setdefault(tr.fresh.tobytes() + tr.has.tobytes(), []).append(i)
-    filt = PostProcessor.for_stream(MODEL_CHAIN, population=settings.privacy.population or bins, bins=bins,
+    filt = PostProcessor.for_stream(chain, population=settings.privacy.population or bins, bins=bins,
                                     contribution_bound=settings.privacy.contribution_bound)
     workloads: dict[int, Workload] = {}  # one per distinct truth (the runs of one stream share it)
     for idx in groups.values():
@@ -377,7 +381,8 @@ def simulate(settings: Any, streams: list[np.ndarray], runs: int, seed: int
                 for i, truth in enumerate(streams)]
         per_stream = [{p: float(np.mean([e[p] for e, _ in d])) for p in mine if p not in MODEL_POST} for d in done]
         if "model" in mine:  # every stream's runs through the filter at once
-            errs = _model_errors(s, [t for t in streams for _ in range(runs)], [tr for d in done for _, tr in d])
+            errs = _chain_errors(s, MODEL_CHAIN, [t for t in streams for _ in range(runs)],
+                                 [tr for d in done for _, tr in d])
             for i, row in enumerate(per_stream):
                 row["model"] = float(np.mean(errs[i * runs:(i + 1) * runs]))
         for p in mine:

@@ -108,10 +108,76 @@ def test_online_refuses_user_level_with_what_to_do() -> None:
         _settings(unit="user-level", decision="dsat")
 
 
-def test_smoothing_chains_exclude_self_smoothing_candidates() -> None:
-    labels = _settings(postprocess="nonnegative+kalman").engine().policy.labels
+@pytest.mark.parametrize("chain", ["nonnegative+kalman", "model+nonnegative", "model-perbin", "ewma"])
+def test_smoothing_chains_exclude_self_smoothing_candidates(chain) -> None:
+    """Every smoother (the configuration refuses each after FAST and PeGaSus), the model filters too:
+    a model chain used to keep them as candidates, and the first re-plan failed building them."""
+    labels = _settings(postprocess=chain).engine().policy.labels
     assert "fast" not in labels and "pegasus" not in labels
-    assert online_mod.scored_post("nonnegative+kalman") == "kalman"
+    assert "fast" in _settings(postprocess="nonnegative").engine().policy.labels
+
+
+def _chain_mae(settings, chain: str, truth: np.ndarray, seed: int) -> float:
+    """One seeded candidate run on ``truth`` published through ``chain`` release by release, as the
+    service would (the same seeds and drawers as the planner's simulation), scored by RunErrors."""
+    from controller.runs import step_run
+    from histogram.accuracy import RunErrors, Workload
+    from histogram.postprocess import PostProcessor
+
+    bins = truth.shape[1]
+    post = PostProcessor.for_stream(chain, population=settings.privacy.population, bins=bins)
+    state, acc, noise = post.initial(), RunErrors(Workload.build(truth, (bins,))), Randomness.seeded(seed)
+    out = np.zeros(bins)
+    for t, release, _ in step_run(settings.engine(), truth, lambda t: noise.drawer("planner", t, "release")):
+        if release.source_timestep is not None:
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                got, state = post.apply(state, release.counts, np.broadcast_to(release.half_width, (bins,)),
+                                        release.confidence, release.kind == "fresh")
+            out = np.asarray(got.counts, dtype=np.float64)
+        acc.add(t, out)
+    return acc.metrics()[0]["mae"]
+
+
+@pytest.mark.parametrize("chain", ["model+nonnegative", "kalman+nonnegative", "nonnegative+ewma", "integer"])
+def test_the_replan_scores_each_candidate_with_the_configured_chain_itself(chain) -> None:
+    """Issue 30 item 4: ``model+nonnegative`` was scored as plain ``nonnegative`` (and
+    ``kalman+nonnegative`` as ``nonnegative+kalman``, ``ewma``/``integer`` as ``none``); each
+    candidate's score is now its error through the configured chain, release by release."""
+    s = _settings(postprocess=chain)
+    labels = s.engine().policy.labels
+    series, eps = _truth(16).astype(float), (Fraction(1, 2),) * 16
+    replan = online_mod.replanner(s, labels)
+    scores = replan.scores(series, eps)
+    truth = online_mod.scenario_of(series, eps)
+    expected = []
+    for label in labels:
+        cand = replan._candidate(label)
+        mae = _chain_mae(cand, chain, truth, online_mod.NOISE_SEED)  # runs: 1
+        expected.append(mae if np.isfinite(mae) else np.inf)
+    assert scores == pytest.approx(tuple(expected), rel=1e-12)
+    if chain == "model+nonnegative":  # not the nonnegative figures it used to score
+        plain = [_chain_mae(replan._candidate(label), "nonnegative", truth, online_mod.NOISE_SEED) for label in labels]
+        assert all(abs(a - b) > 1e-9 for a, b in zip(scores, plain, strict=True))
+
+
+def test_a_model_chain_replan_runs_the_model_filter(monkeypatch) -> None:
+    """Through the policy's own call: a re-plan under ``model+nonnegative`` builds that chain to score
+    the candidates (before: it never ran the filter, and failed building PeGaSus with a model)."""
+    from histogram.postprocess import PostProcessor
+
+    built: list[str] = []
+    real = PostProcessor.for_stream.__func__
+
+    def spy(cls, chain, **kw):  # type: ignore[no-untyped-def]
+        built.append(chain)
+        return real(cls, chain, **kw)
+
+    s = _settings(postprocess="model+nonnegative")
+    labels = s.engine().policy.labels
+    monkeypatch.setattr(PostProcessor, "for_stream", classmethod(spy))
+    choice = online_mod.replanner(s, labels)(_truth(16).astype(float), (Fraction(1, 2),) * 16, 0)
+    assert 0 <= choice < len(labels)
+    assert built and set(built) == {"model+nonnegative"}
 
 
 def test_replan_reads_only_what_it_is_given(monkeypatch) -> None:

@@ -255,8 +255,8 @@ def test_model_errors_over_stacked_runs_equal_one_run_at_a_time() -> None:
     s = _settings(decision="fixed", epsilon=0.5, w=4, bins=3, population=300)
     truths = [planner.scenario(f, 40, 3, 300) for f in ("sine", "trend", "sudden")]
     traces = [planner._simulate(s, t, 7 + i, ("none",))[1] for i, t in enumerate(truths)]
-    together = planner._model_errors(s, truths, traces)
-    alone = [planner._model_errors(s, [t], [tr])[0] for t, tr in zip(truths, traces, strict=True)]
+    together = planner._chain_errors(s, planner.MODEL_CHAIN, truths, traces)
+    alone = [planner._chain_errors(s, planner.MODEL_CHAIN, [t], [tr])[0] for t, tr in zip(truths, traces, strict=True)]
     assert together == pytest.approx(alone, rel=1e-12)
     # and one run alone is the service's chain applied release by release
     from histogram.postprocess import PostProcessor

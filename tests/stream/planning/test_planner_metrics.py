@@ -127,7 +127,7 @@ def test_a_candidates_score_is_run_errors_mae_on_the_same_releases() -> None:
             got, state = model.apply(state, trace.counts[t], trace.widths[t], trace.confidence, bool(trace.fresh[t]))
             out = np.asarray(got.counts, dtype=np.float64)
         acc.add(t, out)
-    assert planner._model_errors(base, [truth], [trace]) == [acc.metrics()[0]["mae"]]
+    assert planner._chain_errors(base, planner.MODEL_CHAIN, [truth], [trace]) == [acc.metrics()[0]["mae"]]
 
 
 def test_the_zero_release_is_the_labs_reference_row(tmp_path) -> None:
