@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from histogram.accuracy import RunErrors, Workload, stream_errors
 from histogram.noise import Randomness
 from stream.config import Settings
 from stream.lab.generate import build_config
@@ -44,12 +45,15 @@ def truth_of(first: str, second: str, timesteps: int, scale: float) -> np.ndarra
 
 
 def mae(settings: Settings, truth: np.ndarray, runs: int, seed: int = 1) -> tuple[float, list]:
+    """Mean over runs of each run's MAE per bin (:class:`histogram.accuracy.RunErrors`)."""
     engine = settings.engine()
     post = settings.postprocessor()
-    total, switches = 0.0, []
+    workload = Workload.build(truth, (truth.shape[1],))
+    per_run, switches = [], []
     for r in range(runs):
         rnd = Randomness.seeded(seed + r)
         state, pstate = engine.initial_state(), post.initial()
+        errors = RunErrors(workload)
         for t in range(truth.shape[0]):
             release, state = engine.step(state, truth[t], rnd.drawer(settings.stream.id, t, "release"))
             if release.source_timestep is None:
@@ -59,9 +63,10 @@ def mae(settings: Settings, truth: np.ndarray, runs: int, seed: int = 1) -> tupl
                     processed, pstate = post.apply(pstate, release.counts, release.half_width, release.confidence,
                                                    release.kind == "fresh")
                 out = np.asarray(processed.counts, dtype=np.float64)
-            total += float(np.abs(out - truth[t]).sum())
+            errors.add(t, out)
+        per_run.append(errors.metrics()[0]["mae"])
         switches.append(list(getattr(state.policy, "switches", ())))
-    return total / (runs * truth.size), switches
+    return float(np.mean(per_run)), switches
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                     fixed[label], _ = mae(auto.with_changes({"release": change}), truth, args.runs)
                 best = min(fixed, key=fixed.get)
                 row.update(mae_fixed=fixed, best_fixed=best, mae_best_fixed=fixed[best],
-                           mae_zero=float(np.abs(truth).mean()),
+                           mae_zero=stream_errors(Workload.build(truth, (truth.shape[1],)), np.zeros(truth.shape))[0]["mae"],
                            online_over_auto=row["mae_online"] / row["mae_auto"],
                            online_over_best=row["mae_online"] / fixed[best], seconds=round(time.time() - t0, 1))
                 rows.append(row)
