@@ -211,13 +211,17 @@ def _stream(bins: int) -> list[np.ndarray]:
 
 def bench_steps(bins: int, cases: tuple[str, ...], repeats: int) -> dict[str, Any]:
     hists = _stream(bins)
-    out: dict[str, Any] = {}
-    for case in cases:
-        out[case] = bench_method(case, bins, repeats, hists)
-    target = TARGET_MS.get(bins)
-    if target is not None:
-        met = [c for c, r in out.items() if r["fresh_step_ms"] is not None and r["fresh_step_ms"] <= target]
-        out["_summary"] = {"target_ms": target, "methods_within_target": len(met), "methods": len(cases)}
+    return {case: bench_method(case, bins, repeats, hists) for case in cases}
+
+
+def within_target(steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per domain size with a target: the methods whose ``fresh_step_ms`` meets it."""
+    out = {}
+    for bins, rows in steps.items():
+        target = TARGET_MS.get(int(bins))
+        if target is not None:
+            met = sorted(c for c, r in rows.items() if r["fresh_step_ms"] is not None and r["fresh_step_ms"] <= target)
+            out[bins] = {"target_ms": target, "met": met, "missed": sorted(set(rows) - set(met))}
     return out
 
 
@@ -246,6 +250,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if cases:
             steps[str(bins)] = bench_steps(bins, cases, args.repeats)
     result["steps"] = steps
+    result["within_target"] = within_target(steps)
     return result
 
 
@@ -271,8 +276,6 @@ def compare_roots(args: argparse.Namespace) -> dict[str, Any]:
         flat = {f"build.{k}": v for k, v in result.get("histogram_build", {}).items() if k != "records"}
         for bins, cases in result["steps"].items():
             for case, r in cases.items():
-                if case.startswith("_"):
-                    continue
                 for key in ("step_ms", "fresh_step_ms", "noise_ms"):
                     if r[key] is not None:
                         flat[f"{bins}.{case}.{key}"] = r[key]

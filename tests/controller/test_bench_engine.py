@@ -46,6 +46,13 @@ def test_every_method_the_service_runs_is_timed_with_its_noise(bench, capsys) ->
         assert r["fresh_step_ms"] > 0 and r["noise_ms"] > 0 and r["step_ms"] > 0, case
     assert out["histogram_build"]["records"] == 500 and out["histogram_build"]["records_per_s_codes"] > 0
     assert out["targets"]["step_ms"] == {"10000": 2.0, "1000000": 150.0}
+    assert out["within_target"] == {}  # 64 bins has no target
+
+
+def test_the_targets_are_judged_on_the_fresh_step(bench) -> None:
+    rows = {"w:a": {"fresh_step_ms": 1.5}, "w:b": {"fresh_step_ms": 2.5}, "w:c": {"fresh_step_ms": None}}
+    assert bench.within_target({"10000": rows, "64": rows}) == {
+        "10000": {"target_ms": 2.0, "met": ["w:a"], "missed": ["w:b", "w:c"]}}
 
 
 @pytest.mark.parametrize("case", ["user:dsat", "w:uniform", "w:pegasus", "w:rescuedp"])
