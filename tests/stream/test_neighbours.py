@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, find, given, settings
+from hypothesis import HealthCheck, Phase, example, find, given, settings
 from hypothesis import strategies as st
 
 from stream.ingest.events import EventBatch, validate_batch
@@ -157,13 +157,18 @@ def test_the_issue_scenario_fast_clock_changes_nothing_else():
     assert worst_l1(run_watermark, base, fast, []) > 100  # the old rule: many others go late
 
 
-@pytest.mark.nightly  # a hypothesis search of up to 2,000 examples (~1.5 min)
+@pytest.mark.nightly  # a hypothesis search of up to 2,000 examples (a counterexample comes within ~10)
 def test_a_data_dependent_rule_is_caught():
-    """Hypothesis finds a counterexample for the watermark rule: the property above can fail."""
+    """Hypothesis finds a counterexample for the watermark rule: the property above can fail.
+
+    Generation only, no shrinking: the claim is that the search finds one, and the first it finds
+    is checked below exactly as a shrunk one would be. Shrinking took the rest of the time (the
+    first counterexample came at the 9th example, 0.8 s; shrinking ran 300 s at load 7 until
+    hypothesis gave up on it), a twentieth of the whole suite's test time."""
     found = find(
         st.tuples(population(), newcomer(), cut_lists),
         lambda x: worst_l1(run_watermark, *x) > K,
-        settings=settings(max_examples=2000, deadline=None, database=None),
+        settings=settings(max_examples=2000, deadline=None, database=None, phases=[Phase.generate]),
     )
     assert worst_l1(run_watermark, *found) > K
     assert worst_l1(run_recorded, *found) <= K
