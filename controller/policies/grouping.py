@@ -482,11 +482,11 @@ class RescueDPPolicy(PerRunLoop):
         object.__setattr__(self, "max_share", share)
         _whole("RescueDP pid_window", self.pid_window)
 
-    @property
+    @functools.cached_property
     def epsilon_max(self) -> Fraction:
         return self.unit.epsilon * self.max_share
 
-    @property
+    @functools.cached_property
     def process_variance(self) -> float:
         """Q per timestep (public): ``process_ratio`` × the noise variance of one count at ε_max."""
         return self.process_ratio * _dlap_variance(Fraction(self.sensitivity) / self.epsilon_max)
