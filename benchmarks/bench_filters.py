@@ -2,7 +2,7 @@
 generated streams, side by side with every plain baseline, every published mechanism we ship,
 DSAT/DSFT, ``auto`` from the configuration alone and the zero release. Prints JSON.
 
-    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_filters.py --runs 20 \
+    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_filters.py --runs 20 --jobs 2 \
         --rows rows.jsonl > filters.json
     # aggregate rows already written (e.g. after stopping a long grid):
     python3 benchmarks/bench_filters.py --from-rows rows.jsonl > filters.json
@@ -19,7 +19,10 @@ weekday, i.e. a real daily cycle of 96 timesteps; ``census`` with ``--population
 --dimensions 2``: age × gender, 192 bins) and each ε, w it writes the generated config with ε and
 w set (w-event), runs ``dpstream evaluate --counts --jobs 1`` on ``--methods``, and, for each
 ``--delays`` k, the ``--delay-methods`` (model filters) with ``release.delay: k``. One JSON line
-per setting goes to ``--rows`` as soon as it is measured (and to stderr).
+per setting goes to ``--rows`` as soon as it is measured (and to stderr). ``evaluate`` runs in
+this process (the command's JSON, byte for byte), so the settings that share auto's public facts
+(the six 1-bin families at one ε, w) simulate its plan once; ``--jobs N`` measures those groups
+in N processes.
 
 Goals (issue 30), computed per setting:
   (a) the best dpstream method or variant (anything but the plain baselines and the zero
