@@ -138,7 +138,10 @@ class ModelFilter:
     def step(self, state: ModelState, z: np.ndarray, r: np.ndarray, fresh: bool) -> tuple[np.ndarray, ModelState]:
         """One timestep: ``z``/``r`` (N, B) the release and its noise variance (ignored unless
         ``fresh``). Returns the published estimate (of ``t − delay`` with a delay) and the new state."""
-        a = {key: np.array(v, copy=True) for key, v in state.arrays.items()}
+        # the new state's arrays: each is replaced below by a new array, except ``lag_p``, whose newest
+        # column a level shift overwrites in place: copied, so ``state`` itself never changes
+        a = dict(state.arrays)
+        a["lag_p"] = state.arrays["lag_p"].copy()
         n, b = z.shape
         t = a["t"] + 1.0
         a["t"] = t

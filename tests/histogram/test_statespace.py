@@ -193,3 +193,24 @@ def test_the_filter_publishes_the_same_bytes_as_with_the_one_hot_phase_statistic
     fast = run()
     monkeypatch.setattr(ss, "_phase_stats", _phase_stats_by_one_hot)
     assert fast == run()
+
+
+@pytest.mark.parametrize("shared,delay", [(True, 0), (False, 2)])
+def test_a_step_leaves_the_state_it_was_given_unchanged(shared, delay):
+    """States are values (journaled, restored; ``PostProcessor.apply`` is pure): stepping from one,
+    level shifts included (a bin's bank restarts, and with a delay the smoother's newest variance
+    is cut), must not write into its arrays."""
+    from histogram.statespace import ModelFilter
+
+    filt, rng = ModelFilter(shared=shared, delay=delay), np.random.default_rng(1)
+    level = np.where((np.arange(400) // 80) % 2 == 0, 200.0, 700.0)  # a jump of ~6 noise sds every 80
+    r = np.full((8, 3), 2 * B * B)
+    _, state = filt.start(level[0] + rng.laplace(0, B, (8, 3)), r)
+    shifts = 0
+    for t in range(1, 400):
+        before = {k: v.copy() for k, v in state.arrays.items()}
+        _, new = filt.step(state, level[t] + rng.laplace(0, B, (8, 3)), r, True)
+        assert all(before[k].tobytes() == state.arrays[k].tobytes() for k in before), f"timestep {t}"
+        shifts += int((new["loglik"] == 0.0).all(axis=2).sum())  # a restarted bank: every filter's weight reset
+        state = new
+    assert shifts > 0
