@@ -2,7 +2,7 @@
 generated streams, side by side with every plain baseline, every published mechanism we ship,
 DSAT/DSFT, ``auto`` from the configuration alone and the zero release. Prints JSON.
 
-    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_filters.py --runs 20 \
+    PYTHONPATH=. nice -n 10 python3 benchmarks/bench_filters.py --runs 20 --jobs 2 \
         --rows rows.jsonl > filters.json
     # aggregate rows already written (e.g. after stopping a long grid):
     python3 benchmarks/bench_filters.py --from-rows rows.jsonl > filters.json
@@ -19,7 +19,10 @@ weekday, i.e. a real daily cycle of 96 timesteps; ``census`` with ``--population
 --dimensions 2``: age × gender, 192 bins) and each ε, w it writes the generated config with ε and
 w set (w-event), runs ``dpstream evaluate --counts --jobs 1`` on ``--methods``, and, for each
 ``--delays`` k, the ``--delay-methods`` (model filters) with ``release.delay: k``. One JSON line
-per setting goes to ``--rows`` as soon as it is measured (and to stderr).
+per setting goes to ``--rows`` as soon as it is measured (and to stderr). ``evaluate`` runs in
+this process (the command's JSON, byte for byte), so the settings that share auto's public facts
+(the six 1-bin families at one ε, w) simulate its plan once; ``--jobs N`` measures those groups
+in N processes.
 
 Goals (issue 30), computed per setting:
   (a) the best dpstream method or variant (anything but the plain baselines and the zero
@@ -32,7 +35,10 @@ Goals (issue 30), computed per setting:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -65,11 +71,26 @@ def generate(kind: str, out: Path, timesteps: int) -> tuple[Path, Path]:
     return out / "config.yaml", counts
 
 
+def _cli_here(*args: str) -> None:
+    """``dpstream *args`` in this process (the same command as :func:`_cli`, the same JSON): the
+    planner's cache (:func:`stream.planning.planner.plan`, keyed by the public facts) then lives on
+    between settings, so the settings that share their public facts (the six 1-bin families at one
+    ε, w) simulate ``auto``'s candidates once, not once each; no interpreter start-up per call."""
+    from stream.commands.cli import main as cli_main
+
+    err = io.StringIO()
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(err):
+        code = cli_main(list(args))
+    if code:
+        raise SystemExit(f"dpstream {' '.join(args)} failed ({code}): {err.getvalue()[-2000:]}")
+
+
 def evaluate(config: dict, counts: Path, methods: list[str], runs: int, work: Path) -> dict:
+    work.mkdir(parents=True, exist_ok=True)
     cfg, res = work / "c.yaml", work / "r.json"
     cfg.write_text(yaml.safe_dump(config))
-    _cli("evaluate", "-c", str(cfg), "--input", str(counts), "--counts", "--methods", ",".join(methods),
-         "--runs", str(runs), "--queries", "0", "--json", str(res), "--progress", "off", "--jobs", "1")
+    _cli_here("evaluate", "-c", str(cfg), "--input", str(counts), "--counts", "--methods", ",".join(methods),
+              "--runs", str(runs), "--queries", "0", "--json", str(res), "--progress", "off", "--jobs", "1")
     data = json.loads(res.read_text())
     out = {m: v["mae"] for m, v in data["methods"].items()}
     out[ZERO] = data.get("references", {}).get(ZERO, {}).get("mae")
@@ -178,6 +199,64 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def plan_groups(grid: list[tuple], work: Path) -> list[list[tuple]]:
+    """The settings grouped by the planner's public facts (:func:`stream.planning.planner.public_facts`:
+    what ``auto``'s plan is a function of), largest group first: each group is measured in one
+    process, so its plan is simulated once (the six 1-bin families share theirs at each ε, w)."""
+    from stream.config import load_settings
+    from stream.planning.planner import public_facts
+
+    groups: dict[str, list[tuple]] = {}
+    for setting in grid:
+        stream, eps, w, config, _ = setting
+        cfg = work / f"facts-{stream}-{eps}-{w}.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        key = json.dumps(public_facts(load_settings(cfg)), sort_keys=True, default=str)
+        groups.setdefault(key, []).append(setting)
+    return sorted(groups.values(), key=len, reverse=True)
+
+
+_LOCK = None  # the rows file's lock when settings are measured in parallel processes
+
+
+def _share_lock(lock) -> None:  # type: ignore[no-untyped-def]
+    global _LOCK
+    _LOCK = lock
+
+
+class Measure:
+    """Measures a group of settings in turn (one process): ``evaluate`` on the methods, then the
+    delay methods with each ``release.delay``; each row goes to ``rows`` (and stderr) at once."""
+
+    def __init__(self, methods: list[str], delay_methods: list[str], delays: list[int], runs: int,
+                 work: Path, rows: Path | None) -> None:
+        self.methods, self.delay_methods, self.delays = methods, delay_methods, delays
+        self.runs, self.work, self.rows = runs, work, rows
+
+    def __call__(self, group: list[tuple]) -> list[dict]:
+        out = []
+        for stream, eps, w, config, counts in group:
+            started = time.monotonic()
+            here = self.work / f"run-{stream}-{eps}-{w}"
+            maes = evaluate(config, counts, self.methods, self.runs, here)
+            for k in self.delays:
+                delayed = json.loads(json.dumps(config))
+                delayed.setdefault("release", {}).update({"postprocess": "model+nonnegative", "delay": k})
+                got = evaluate(delayed, counts, self.delay_methods, self.runs, here)
+                for m in self.delay_methods:
+                    maes[f"{m} delay {k}"] = got[m]
+            row = {"stream": stream, "epsilon": eps, "w": w, "runs": self.runs, "mae": maes,
+                   "seconds": round(time.monotonic() - started, 1)}
+            line = json.dumps(row)
+            with _LOCK if _LOCK is not None else contextlib.nullcontext():
+                print(line, file=sys.stderr, flush=True)
+                if self.rows:
+                    with self.rows.open("a") as fh:
+                        fh.write(line + "\n")
+            out.append(row)
+        return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
@@ -191,6 +270,9 @@ def main() -> int:
     ap.add_argument("--rows", type=Path, help="append one JSON line per measured setting here")
     ap.add_argument("--from-rows", type=Path, nargs="+", help="only aggregate the JSON lines of earlier --rows files")
     ap.add_argument("--markdown", action="store_true", help="with --from-rows: print the docs/results.md tables")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="settings measured in this many processes at once (each evaluate runs --jobs 1); the "
+                         "settings sharing auto's public facts stay in one process (its plan is computed once)")
     ap.add_argument("--choices", action="store_true",
                     help="only print auto's choice per setting (the planner alone, no evaluate run)")
     args = ap.parse_args()
@@ -200,12 +282,13 @@ def main() -> int:
         print(markdown(rows) if args.markdown else json.dumps(summary(rows, rows[0]["runs"] if rows else 0), indent=1))
         return 0
     methods = args.methods.split(",")
-    rows = []
     done = set()  # settings already in --rows (a grid restarted after a stop): not measured again
     if args.rows and args.rows.exists():
         done = {(r["stream"], r["epsilon"], r["w"]) for r in map(json.loads, args.rows.read_text().splitlines())}
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        grid = []  # (stream, ε, w, config, counts), in the grid's order
         for stream in args.streams.split(","):
             cfg_path, counts = generate(stream, work / stream, args.timesteps)
             base = yaml.safe_load(cfg_path.read_text())
@@ -213,32 +296,31 @@ def main() -> int:
                 for w in [int(x) for x in args.ws.split(",")]:
                     if (stream, eps, w) in done:
                         continue
-                    started = time.monotonic()
                     config = json.loads(json.dumps(base))
                     config["privacy"].update({"epsilon": eps, "unit": "w-event", "w": w})
-                    if args.choices:
-                        chosen, seconds = choice(config, work)
-                        print(json.dumps({"stream": stream, "epsilon": eps, "w": w, "choice": chosen,
-                                          "seconds": seconds}), flush=True)
-                        continue
-                    maes = evaluate(config, counts, methods, args.runs, work)
-                    for k in [int(d) for d in args.delays.split(",") if d]:
-                        delayed = json.loads(json.dumps(config))
-                        delayed.setdefault("release", {}).update({"postprocess": "model+nonnegative", "delay": k})
-                        got = evaluate(delayed, counts, args.delay_methods.split(","), args.runs, work)
-                        for m in args.delay_methods.split(","):
-                            maes[f"{m} delay {k}"] = got[m]
-                    row = {"stream": stream, "epsilon": eps, "w": w, "runs": args.runs, "mae": maes,
-                           "seconds": round(time.monotonic() - started, 1)}
-                    line = json.dumps(row)
-                    print(line, file=sys.stderr, flush=True)
-                    if args.rows:
-                        with args.rows.open("a") as fh:
-                            fh.write(line + "\n")
-                    if any(m in maes for m in PLAIN):  # (auto alone: judged with --from-rows over a grid's rows)
-                        rows.append({**row, **judge(row)})
-    if not args.choices:
-        print(json.dumps(summary(rows, args.runs), indent=1))
+                    grid.append((stream, eps, w, config, counts))
+        if args.choices:
+            for stream, eps, w, config, _ in grid:
+                chosen, seconds = choice(config, work)
+                print(json.dumps({"stream": stream, "epsilon": eps, "w": w, "choice": chosen,
+                                  "seconds": seconds}), flush=True)
+            return 0
+        job = Measure(methods, args.delay_methods.split(","), [int(d) for d in args.delays.split(",") if d],
+                      args.runs, work, args.rows)
+        groups = plan_groups(grid, work)
+        if args.jobs > 1 and len(groups) > 1:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("fork")
+            with ctx.Pool(min(args.jobs, len(groups)), initializer=_share_lock, initargs=(ctx.Lock(),)) as pool:
+                measured = [r for rs in pool.imap_unordered(job, groups) for r in rs]
+        else:
+            measured = [r for g in groups for r in job(g)]
+        order = {(s_, e_, w_): i for i, (s_, e_, w_, _, _) in enumerate(grid)}
+        for row in sorted(measured, key=lambda r: order[(r["stream"], r["epsilon"], r["w"])]):
+            if any(m in row["mae"] for m in PLAIN):  # (auto alone: judged with --from-rows over a grid's rows)
+                rows.append({**row, **judge(row)})
+    print(json.dumps(summary(rows, args.runs), indent=1))
     return 0
 
 

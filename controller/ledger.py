@@ -123,6 +123,11 @@ class RunsLedger(Protocol):
         """Run ``run``'s ledger after timestep ``t`` in exact terms (what the law test compares)."""
         ...
 
+    def window_spent(self, t: int, run: int) -> Fraction:
+        """Run ``run``'s ε in the window ending at ``t``, exact: the sum of :meth:`view`'s live entries
+        (what a one-run rule's ``accountant.remaining`` subtracts from ε)."""
+        ...
+
 
 class AccountantLedger:
     """R exact ``Fraction`` accountants (the authority). Handles are ledger ``seq`` numbers.
@@ -205,6 +210,9 @@ class AccountantLedger:
                 by_end[e.end] = by_end.get(e.end, Fraction(0)) + e.epsilon
         # user-level: the largest "window" is the whole stream, its total
         return by_end, acct.spent, getattr(acct, "max_window_spend", acct.spent)
+
+    def window_spent(self, t: int, run: int) -> Fraction:
+        return sum(self.view(t, run)[0].values(), Fraction(0))
 
 
 class UnitLedger:
@@ -343,3 +351,8 @@ class UnitLedger:
         lo = max(0, t - self.w + 1)
         by_end = {int(e): Fraction(int(row[e])) * self.unit for e in range(lo, t + 1) if row[e]}
         return by_end, Fraction(int(self.total[run])) * self.unit, Fraction(int(self.max[run])) * self.unit
+
+    def window_spent(self, t: int, run: int) -> Fraction:
+        """The units of :meth:`view`'s live entries (ends ``max(0, t−w+1) .. t``) summed as integers,
+        then times the unit: the same exact value as summing the entries' ε one by one."""
+        return Fraction(int(self.E[run, max(0, t - self.w + 1):t + 1].sum())) * self.unit

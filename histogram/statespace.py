@@ -138,7 +138,10 @@ class ModelFilter:
     def step(self, state: ModelState, z: np.ndarray, r: np.ndarray, fresh: bool) -> tuple[np.ndarray, ModelState]:
         """One timestep: ``z``/``r`` (N, B) the release and its noise variance (ignored unless
         ``fresh``). Returns the published estimate (of ``t − delay`` with a delay) and the new state."""
-        a = {key: np.array(v, copy=True) for key, v in state.arrays.items()}
+        # the new state's arrays: each is replaced below by a new array, except ``lag_p``, whose newest
+        # column a level shift overwrites in place: copied, so ``state`` itself never changes
+        a = dict(state.arrays)
+        a["lag_p"] = state.arrays["lag_p"].copy()
         n, b = z.shape
         t = a["t"] + 1.0
         a["t"] = t
@@ -225,40 +228,76 @@ def _weights(loglik: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def _moving_average(y: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
-    """NaN-aware trailing mean over ``period`` slots (last axis) and how many values it had."""
+def _cumulative(y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where ``y`` is finite, and its NaN-aware running sums and counts along the last axis (with a
+    leading 0): what :func:`_moving_average` needs for every period (computed once per series)."""
     ok = np.isfinite(y)
     v = np.where(ok, y, 0.0)
     cs = np.concatenate([np.zeros(y.shape[:-1] + (1,)), np.cumsum(v, axis=-1)], axis=-1)
     cn = np.concatenate([np.zeros(y.shape[:-1] + (1,)), np.cumsum(ok, axis=-1)], axis=-1)
+    return ok, cs, cn
+
+
+def _moving_average(y: np.ndarray, period: int, cumulative: tuple[np.ndarray, ...] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """NaN-aware trailing mean over ``period`` slots (last axis) and how many values it had
+    (``cumulative``: :func:`_cumulative` of ``y``, when already computed)."""
+    _, cs, cn = _cumulative(y) if cumulative is None else cumulative
     total = cs[..., period:] - cs[..., :-period]
     count = cn[..., period:] - cn[..., :-period]
     return total / np.maximum(count, 1), count
 
 
-def _phase_stats(y: np.ndarray, ry: np.ndarray, t: np.ndarray, period: int):  # type: ignore[no-untyped-def]
+def _phase_stats(y: np.ndarray, ry: np.ndarray, t: np.ndarray, period: int,  # type: ignore[no-untyped-def]
+                 cumulative: tuple[np.ndarray, ...] | None = None):
     """Per phase: the mean ratio of the released series to its centred moving average over one
-    period, the noise variance of that mean, and the number of ratios (``y``: (N, S, H))."""
+    period, the noise variance of that mean, and the number of ratios (``y``: (N, S, H);
+    ``cumulative``: :func:`_cumulative` of ``y``, shared by the candidate periods)."""
     h = y.shape[-1]
-    avg, count = _moving_average(y, period)  # slot i covers slots i..i+period-1
+    if cumulative is None:
+        cumulative = _cumulative(y)
+    avg, count = _moving_average(y, period, cumulative)  # slot i covers slots i..i+period-1
     half = period // 2
     centre = np.full(y.shape, np.nan)
     centre[..., half: half + avg.shape[-1]] = np.where(count >= max(2, period // 2), avg, np.nan)
-    good = np.isfinite(y) & np.isfinite(centre) & (centre > 0)
+    good = cumulative[0] & np.isfinite(centre) & (centre > 0)
     ratio = np.where(good, y / np.where(good, centre, 1.0), 0.0)
     noise = np.where(good, ry / np.where(good, centre, 1.0) ** 2, 0.0)
     # absolute phase of each slot: slot h-1 is the latest timestep t
-    slots = (t[:, None] - (h - 1) + np.arange(h)[None, :]).astype(np.int64) % period  # (N, H)
-    onehot = slots[:, :, None] == np.arange(period)[None, None, :]  # (N, H, P)
-    n = np.einsum("nsh,nhp->nsp", good.astype(np.float64), onehot)
-    mean = np.einsum("nsh,nhp->nsp", ratio, onehot) / np.maximum(n, 1)
-    var = np.einsum("nsh,nhp->nsp", noise, onehot) / np.maximum(n, 1) ** 2
+    offset = (t - (h - 1)).astype(np.int64) % period  # (N,): the phase of slot 0
+    n, total, total_noise = _phase_sums(np.stack([good.astype(np.float64), ratio, noise]), offset, period)
+    mean = total / np.maximum(n, 1)
+    var = total_noise / np.maximum(n, 1) ** 2
     return mean, var, n
 
 
-def _seasonal_signal(y: np.ndarray, ry: np.ndarray, t: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
+def _phase_sums(v: np.ndarray, offset: np.ndarray, period: int) -> np.ndarray:
+    """Per phase, the sum of ``v`` (..., N, S, H) over the slots of that phase: slot ``h`` of row
+    ``n`` has phase ``(offset[n] + h) % period``. Returns (..., N, S, P).
+
+    Each sum adds its terms one at a time in slot order, starting from 0.0, so it is the same
+    float as a one-hot contraction over the slots (``einsum("nsh,nhp->nsp", v, onehot)``: the
+    lab's filter before, ``tests/histogram/test_statespace.py`` holds them equal bit for bit):
+    each row is laid out from position ``offset[n]`` of a zero-filled line a whole number of
+    periods long, so position ``j`` has phase ``j % period``, and the periods are added one after
+    another (the added zeros leave every partial sum unchanged). O(H) per row, not O(H · P)."""
+    h = v.shape[-1]
+    rows = v.shape[-3]
+    laps = -(-(h + period - 1) // period)
+    line = np.zeros(v.shape[:-1] + (laps * period,))
+    first = int(offset[0])
+    if np.all(offset == first):  # the runs of one schedule: one timestep, one offset
+        line[..., first:first + h] = v
+    else:
+        at = offset.reshape(rows, 1) + np.arange(h)  # (N, H)
+        np.put_along_axis(line, np.broadcast_to(at[:, None, :], v.shape), v, axis=-1)
+    return np.add.reduce(line.reshape(v.shape[:-1] + (laps, period)), axis=-2, initial=0.0)
+
+
+def _seasonal_signal(y: np.ndarray, ry: np.ndarray, t: np.ndarray, period: int,
+                     cumulative: tuple[np.ndarray, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Signal variance of the phase means beyond their noise, and their mean noise variance (N, S)."""
-    mean, var, n = _phase_stats(y, ry, t, period)
+    mean, var, n = _phase_stats(y, ry, t, period, cumulative)
     seen = n >= 2
     full = seen.all(axis=-1)
     cnt = np.maximum(seen.sum(axis=-1), 1)
@@ -275,8 +314,9 @@ def _choose_period(total: np.ndarray, total_r: np.ndarray, t: np.ndarray) -> np.
     cands = list(range(2, PERIOD_MAX + 1))
     sig = np.full((y.shape[0], len(cands)), -np.inf)
     noi = np.zeros_like(sig)
+    cumulative = _cumulative(y)
     for i, per in enumerate(cands):
-        s, nz = _seasonal_signal(y, ry, t, per)
+        s, nz = _seasonal_signal(y, ry, t, per, cumulative)
         sig[:, i], noi[:, i] = s[:, 0], nz[:, 0]
     best = sig.max(axis=1)
     ok = np.isfinite(best) & (best > 0)

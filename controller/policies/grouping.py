@@ -33,6 +33,7 @@ the runner releases each fresh run's group sums with the engine's
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass, replace
@@ -68,11 +69,31 @@ def _public_uniform(timestep: int, count: int, high: int) -> np.ndarray:
     Not noise: anyone can recompute them. AdaPub's pivots only need to be
     spread independently of the data (so no DimParti boundary is fixed).
     """
-    out = np.empty(count, dtype=np.int64)
-    for k in range(count):
-        digest = hashlib.blake2b(f"adapub-pivot:{timestep}:{k}".encode(), digest_size=8).digest()
-        out[k] = int.from_bytes(digest, "little") % high
-    return out
+    return np.array([word % high for word in _public_words(timestep, count)], dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def _public_words(timestep: int, count: int) -> tuple[int, ...]:
+    """The BLAKE2b words behind :func:`_public_uniform` (the same for every run at a timestep: the
+    lab's runs share them)."""
+    return tuple(int.from_bytes(hashlib.blake2b(f"adapub-pivot:{timestep}:{k}".encode(), digest_size=8).digest(),
+                                "little") for k in range(count))
+
+
+def _median_rows(members: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(members, axis=1)`` (the same floats) for rows that each hold a value: the
+    middle of each row's sorted values (NaN sorts last), or the half-sum of the two middle ones.
+
+    ``nanmedian`` on short rows goes through masked arrays, most of AdaPub's time in the lab;
+    ``tests/controller/test_grouped_pinned.py`` holds the two equal bit for bit."""
+    n = members.shape[1] - np.isnan(members).sum(axis=1)
+    if members.shape[1] == 0 or not n.all():
+        return np.nanmedian(members, axis=1)
+    ordered = np.sort(members, axis=1)
+    rows = np.arange(members.shape[0])
+    high = n // 2
+    low = np.where(n % 2 == 1, high, high - 1)
+    return (ordered[rows, low] + ordered[rows, high]) / 2.0
 
 
 def _require_w_event(unit: object, name: str) -> None:
@@ -221,22 +242,22 @@ class AdaPubPolicy(PerRunLoop):
             _positive(f"AdaPub {name}", getattr(self, name), allow_zero=True)
         _positive("AdaPub gamma", self.gamma)
 
-    @property
+    @functools.cached_property
     def epsilon_p(self) -> Fraction:
         """ε of each timestep's perturbation (noisy sums of the dimension groups)."""
         return self.unit.epsilon / self.unit.w * self.perturb_share
 
-    @property
+    @functools.cached_property
     def epsilon_c(self) -> Fraction:
         """ε of each timestep's per-bin deviation tests (all bins together: they are disjoint)."""
         return self.unit.epsilon / self.unit.w - self.epsilon_p
 
-    @property
+    @functools.cached_property
     def test_scale(self) -> Fraction:
         """Discrete Laplace scale of each bin's test noise: Δ/ε_c."""
         return Fraction(self.sensitivity) / self.epsilon_c
 
-    @property
+    @functools.cached_property
     def perturb_error(self) -> float:
         """Expected absolute error of one bin's perturbed value alone (public): E|DLap(Δ/ε_p)|."""
         return discrete_laplace_mean_abs(Fraction(self.sensitivity) / self.epsilon_p)
@@ -326,7 +347,7 @@ class AdaPubPolicy(PerRunLoop):
         sizes[restart] = 0
         members[np.arange(bins), sizes] = perturbed
         sizes = sizes + 1
-        released = np.nanmedian(members, axis=1)
+        released = _median_rows(members)
         new = AdaPubState(_frozen(released.copy()), _frozen(members), _frozen(sizes), _frozen(errors))
         out = _frozen(released)
         inf = np.broadcast_to(np.float64(np.inf), out.shape)  # a median over a group: no interval claimed
@@ -461,11 +482,11 @@ class RescueDPPolicy(PerRunLoop):
         object.__setattr__(self, "max_share", share)
         _whole("RescueDP pid_window", self.pid_window)
 
-    @property
+    @functools.cached_property
     def epsilon_max(self) -> Fraction:
         return self.unit.epsilon * self.max_share
 
-    @property
+    @functools.cached_property
     def process_variance(self) -> float:
         """Q per timestep (public): ``process_ratio`` × the noise variance of one count at ε_max."""
         return self.process_ratio * _dlap_variance(Fraction(self.sensitivity) / self.epsilon_max)

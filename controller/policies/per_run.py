@@ -44,7 +44,8 @@ class RunAccountant:
 
     ε is given as a ``Fraction`` and converted with :meth:`RunsLedger.amount` (an amount off a unit
     ledger's grid raises there). ``remaining(t)`` is ε minus the run's live entries in the window
-    ending at ``t`` (:meth:`RunsLedger.view`), the accountant's ``remaining``."""
+    ending at ``t`` (:meth:`RunsLedger.window_spent`, the sum of :meth:`RunsLedger.view`'s live
+    entries), the accountant's ``remaining``."""
 
     def __init__(self, ledger: RunsLedger, run: int, epsilon: Fraction) -> None:
         self.ledger = ledger
@@ -59,8 +60,7 @@ class RunAccountant:
         self.ledger.spend(timestep, self.rows, self.ledger.amount(epsilon), purpose)
 
     def remaining(self, timestep: int) -> Fraction:
-        live, _, _ = self.ledger.view(timestep, self.run)
-        return self.epsilon - sum(live.values(), Fraction(0))
+        return self.epsilon - self.ledger.window_spent(timestep, self.run)
 
 
 def reset_per_run(policy: Any, runs: int) -> PerRunStates:

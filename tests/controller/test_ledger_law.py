@@ -42,6 +42,9 @@ def scenarios(draw):
 def _same_state(exact: AccountantLedger, units: UnitLedger, t: int) -> None:
     for r in range(exact.runs):
         assert exact.view(t, r) == units.view(t, r), f"run {r} after timestep {t}"
+        # a one-run rule's accountant.remaining subtracts this (AdaPub, RescueDP in the lab)
+        live = sum(exact.view(t, r)[0].values(), Fraction(0))
+        assert exact.window_spent(t, r) == units.window_spent(t, r) == live, f"run {r} after timestep {t}"
     # what could still be charged at t, per run (the user-level horizon's last release takes it)
     assert exact.remaining(t).tolist() == [Fraction(int(u)) * units.unit for u in units.remaining(t)], t
 

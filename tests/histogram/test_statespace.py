@@ -126,3 +126,91 @@ def test_runs_side_by_side_equal_runs_one_at_a_time():
         for r in range(4):
             o, singles[r] = pp.apply(singles[r], z[r, t], np.full(3, H), CONF, True)
             np.testing.assert_allclose(o.counts, o_all.counts[r], rtol=1e-12, atol=1e-9)
+
+
+# -- the per-phase sums: fast, and the same floats as the one-hot contraction they replaced ------
+
+
+def _phase_stats_by_one_hot(y, ry, t, period, cumulative=None):
+    """The straightforward per-phase statistics (the filter's code before the speed-up, kept as
+    the reference): a one-hot (N, H, P) matrix of each slot's phase contracted over the slots."""
+    from histogram.statespace import _moving_average
+
+    h = y.shape[-1]
+    avg, count = _moving_average(y, period)
+    half = period // 2
+    centre = np.full(y.shape, np.nan)
+    centre[..., half: half + avg.shape[-1]] = np.where(count >= max(2, period // 2), avg, np.nan)
+    good = np.isfinite(y) & np.isfinite(centre) & (centre > 0)
+    ratio = np.where(good, y / np.where(good, centre, 1.0), 0.0)
+    noise = np.where(good, ry / np.where(good, centre, 1.0) ** 2, 0.0)
+    slots = (t[:, None] - (h - 1) + np.arange(h)[None, :]).astype(np.int64) % period
+    onehot = slots[:, :, None] == np.arange(period)[None, None, :]
+    n = np.einsum("nsh,nhp->nsp", good.astype(np.float64), onehot)
+    mean = np.einsum("nsh,nhp->nsp", ratio, onehot) / np.maximum(n, 1)
+    var = np.einsum("nsh,nhp->nsp", noise, onehot) / np.maximum(n, 1) ** 2
+    return mean, var, n
+
+
+@pytest.mark.parametrize("same_timestep", [True, False])
+def test_the_phase_statistics_are_the_one_hot_contraction_bit_for_bit(same_timestep):
+    """Values spread over eleven orders of magnitude (so any change in the order of the additions
+    shows in the last bits), a third of the slots not fresh (NaN), every period the filter tries,
+    rows at one timestep (the lab's runs of one schedule) and at different ones."""
+    from histogram.statespace import HISTORY, PERIOD_MAX, _phase_stats
+
+    rng = np.random.default_rng(11)
+    for period in range(2, PERIOD_MAX + 1):
+        rows, series = int(rng.integers(1, 9)), int(rng.choice([1, 4]))
+        shape = (rows, series, HISTORY)
+        y = 50.0 + rng.standard_normal(shape) * 10.0 ** rng.integers(-4, 7, size=shape)
+        y[rng.random(shape) < 0.3] = np.nan
+        ry = rng.random(shape) * 10.0 ** rng.integers(-4, 7, size=shape)
+        t = np.full(rows, float(rng.integers(0, 5000))) if same_timestep else rng.integers(0, 5000, rows) * 1.0
+        for got, want in zip(_phase_stats(y, ry, t, period), _phase_stats_by_one_hot(y, ry, t, period), strict=True):
+            assert got.shape == want.shape and got.tobytes() == want.tobytes(), f"period {period}"
+
+
+@pytest.mark.parametrize("chain,delay", [("model", 0), ("model-perbin", 2)])
+def test_the_filter_publishes_the_same_bytes_as_with_the_one_hot_phase_statistics(chain, delay, monkeypatch):
+    """The whole filter over a seasonal stream with a level shift (periods found and re-chosen,
+    the multiplier in use), four runs side by side: identical bytes with the reference."""
+    import histogram.statespace as ss
+
+    t = np.arange(400)
+    truth = (300.0 + 200.0 * np.sin(2 * np.pi * t / 24))[:, None] * np.array([0.2, 1.0, 3.0]) + (t >= 250)[:, None] * 400
+    rng = np.random.default_rng(4)
+    z = truth[None] + rng.laplace(0, B, (4,) + truth.shape)
+
+    def run() -> bytes:
+        pp = PostProcessor((chain,), delay=delay)
+        state, out = pp.initial(), []
+        for k in range(truth.shape[0]):
+            o, state = pp.apply(state, z[:, k], np.full((4, 3), H), CONF, k % 3 != 1)
+            out.append(o.counts.tobytes())
+        return b"".join(out)
+
+    fast = run()
+    monkeypatch.setattr(ss, "_phase_stats", _phase_stats_by_one_hot)
+    assert fast == run()
+
+
+@pytest.mark.parametrize("shared,delay", [(True, 0), (False, 2)])
+def test_a_step_leaves_the_state_it_was_given_unchanged(shared, delay):
+    """States are values (journaled, restored; ``PostProcessor.apply`` is pure): stepping from one,
+    level shifts included (a bin's bank restarts, and with a delay the smoother's newest variance
+    is cut), must not write into its arrays."""
+    from histogram.statespace import ModelFilter
+
+    filt, rng = ModelFilter(shared=shared, delay=delay), np.random.default_rng(1)
+    level = np.where((np.arange(400) // 80) % 2 == 0, 200.0, 700.0)  # a jump of ~6 noise sds every 80
+    r = np.full((8, 3), 2 * B * B)
+    _, state = filt.start(level[0] + rng.laplace(0, B, (8, 3)), r)
+    shifts = 0
+    for t in range(1, 400):
+        before = {k: v.copy() for k, v in state.arrays.items()}
+        _, new = filt.step(state, level[t] + rng.laplace(0, B, (8, 3)), r, True)
+        assert all(before[k].tobytes() == state.arrays[k].tobytes() for k in before), f"timestep {t}"
+        shifts += int((new["loglik"] == 0.0).all(axis=2).sum())  # a restarted bank: every filter's weight reset
+        state = new
+    assert shifts > 0
