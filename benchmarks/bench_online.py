@@ -7,7 +7,8 @@ Each stream is two ``dpstream generate`` families glued at the middle (the first
 then the second half of family B; 1 bin, scale 1,000, seed 1). For ε ∈ {0.1, 1} and w ∈ {10, 50}:
 
 * ``auto``: the planner's choice from the configuration alone (``release.planner`` with
-  ``--plan-timesteps`` timesteps, 1 run), published with the chain it chose;
+  ``--plan-timesteps`` timesteps, 1 run), published with the chain it chose, or with
+  ``--postprocess`` when given (the planner's own chain is kept in ``planner_postprocess``);
 * ``online``: the same start, re-planned every ``--every`` timesteps from the releases;
 * every candidate the online policy may switch to, run alone with the same chain; ``best fixed``
   is the smallest of them (chosen with hindsight, on the evaluated stream: an oracle).
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan-timesteps", type=int, default=60)
     ap.add_argument("--epsilons", default="0.1,1")
     ap.add_argument("--ws", default="10,50")
+    ap.add_argument("--postprocess", default=None,
+                    help="publish auto's decision with this release.postprocess chain instead of the planner's "
+                         "(auto, online and every fixed candidate alike)")
     ap.add_argument("--regimes", default=",".join(f"{a}->{b}" for a, b in REGIMES),
                     help="first->second family pairs, comma-separated")
     args = ap.parse_args(argv)
@@ -93,12 +97,15 @@ def main(argv: list[str] | None = None) -> int:
                 config["release"] = {**config.get("release", {}), "decision": "auto",
                                      "planner": {"timesteps": args.plan_timesteps, "runs": 1}}
                 auto = resolve(Settings(**config).validate_all())
+                planner_post = auto.release.postprocess
+                if args.postprocess is not None:
+                    auto = auto.with_changes({"release": {"postprocess": args.postprocess}})
                 online = auto.with_changes({"release": {"planner": {"online": {"every": args.every,
                                                                               "min_releases": 3}}}})
                 labels = online.engine().policy.labels
                 row = {"regime": f"{first}->{second}", "epsilon": eps, "w": w,
                        "auto": auto.release.decision + ("(noise_floor)" if auto.release.noise_floor else ""),
-                       "postprocess": auto.release.postprocess}
+                       "postprocess": auto.release.postprocess, "planner_postprocess": planner_post}
                 row["mae_auto"], _ = mae(auto, truth, args.runs)
                 row["mae_online"], row["switches"] = mae(online, truth, args.runs)
                 fixed = {}

@@ -2,11 +2,13 @@
 
     PYTHONPATH=. python3 benchmarks/families.py --runs 20 --methods uniform,fixed,... > table.md
 
-Methods are ``dpstream evaluate`` names (``m+<release.postprocess chain>``). The data-independent
-ones (uniform, fixed, sample) run through :func:`stream.lab.evaluate.evaluate` (its fast path); the
-others step the engine once per run (``Randomness.seeded(seed + r)``, as ``evaluate`` does) and
-apply every chain asked for that method to the same releases, so ``bd`` and ``bd+kalman`` share
-their noise and cost one engine run.
+Methods are ``dpstream evaluate`` names (``m+<release.postprocess chain>``). Every method the lab's
+runner takes (:func:`stream.lab.runner.runner_eligible`: the w-event methods with a stateless chain,
+and uniform, fixed and sample with any chain) runs through :func:`stream.lab.evaluate.evaluate`,
+i.e. the runner stepping the policy's own runs-axis rule; the others (a stateful chain such as
+``kalman`` after a data-dependent method) step the engine once per run (``Randomness.seeded(seed +
+r)``, as ``evaluate`` does) and apply every such chain asked for that method to the same releases,
+so ``bd+kalman`` and ``bd+ewma`` share their noise and cost one engine run.
 
 Each family stream is what ``dpstream generate <family> --timesteps 1000 --scale 1000 --seed 1``
 writes; the config is the generated one with ε and w set. Prints a Markdown table (MAE per bin,
@@ -18,6 +20,7 @@ listed) by 20% or more, and how often the best post-processed entry of a row doe
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from datetime import UTC, datetime
@@ -29,7 +32,7 @@ from histogram.noise import Randomness
 from stream.config import Settings
 from stream.lab.evaluate import check_methods, evaluate, split_method
 from stream.lab.generate import build_config
-from stream.lab.runner import SHARED_DECISIONS
+from stream.lab.runner import runner_eligible
 from stream.planning.families import FAMILIES, FamilyParams, family_attributes, family_series
 
 PLAIN = ("uniform", "fixed", "sample", "bd", "ba")
@@ -75,6 +78,7 @@ def main() -> int:
     ap.add_argument("--epsilons", default="0.1,1")
     ap.add_argument("--ws", default="10,50")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--json", default=None, help="also write every setting's MAE per method here")
     args = ap.parse_args()
     methods = args.methods.split(",")
     cols = [*methods, "zero-release"]
@@ -84,23 +88,27 @@ def main() -> int:
     any_wins = helps = 0
     own = dict.fromkeys(methods, 0)
     cells = 0
+    rows = []
     t0 = time.time()
-    fast = [m for m in methods if split_method(m)[0] in SHARED_DECISIONS]
-    shared: dict[str, list[str]] = {}
-    for m in methods:
-        if m not in fast:
-            shared.setdefault(split_method(m)[0], []).append(m)
     for family in args.families.split(","):
         truth = family_series(family, 1000, 1, params=FamilyParams(scale=args.scale))
         for epsilon in map(float, args.epsilons.split(",")):
             for w in map(int, args.ws.split(",")):
                 s = settings_for(family, epsilon, w, args.scale)
+                per_method = check_methods(s, methods)
+                fast = [m for m in methods if runner_eligible(per_method[m])]
+                shared: dict[str, list[str]] = {}
+                for m in methods:
+                    if m not in fast:
+                        shared.setdefault(split_method(m)[0], []).append(m)
                 r = evaluate(s, truth, fast or ["uniform"], runs=args.runs, queries=0, seed=0, progress=False,
                              jobs=args.jobs)
                 maes = {m: r["methods"][m]["mae"] for m in fast}
                 for names in shared.values():
                     maes.update(shared_runs(check_methods(s, names), truth, args.runs, 0))
                 maes["zero-release"] = r["references"]["zero-release"]["mae"]
+                rows.append({"family": family, "epsilon": epsilon, "w": w, "runs": args.runs, "scale": args.scale,
+                             "runner": fast, "mae": maes})
                 best = min(maes.values())
                 plain = [maes[m] for m in methods if m in PLAIN]
                 best_plain = min(plain) if plain else None
@@ -126,6 +134,10 @@ def main() -> int:
     print(f"- the best of them: at least 20% below the best plain baseline in {any_wins} of {cells} settings, "
           f"below it at all in {helps}")
     print(f"\n({cells} settings, {args.runs} runs each, {time.time() - t0:.0f} s)", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": "PYTHONPATH=. python3 benchmarks/families.py " + " ".join(sys.argv[1:]),
+                       "seconds": round(time.time() - t0, 1), "rows": rows}, f, indent=1)
     return 0
 
 
