@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from controller.runs import step_run
+from histogram.accuracy import RunErrors, Workload
 from histogram.noise import Randomness
 from stream.config import Settings
 from stream.lab.evaluate import check_methods, evaluate, split_method
@@ -46,15 +47,17 @@ def settings_for(family: str, epsilon: float, w: int, scale: float) -> Settings:
 
 def shared_runs(settings: dict[str, Settings], truth: np.ndarray, runs: int, seed: int) -> dict[str, float]:
     """MAE per bin of each name in ``settings`` (one decision method, several post-processing chains),
-    every chain applied to the same engine run; run ``r`` draws from ``Randomness.seeded(seed + r)``."""
+    every chain applied to the same engine run; run ``r`` draws from ``Randomness.seeded(seed + r)``.
+    Scored by the one metrics module (:class:`histogram.accuracy.RunErrors`), the mean over runs."""
     any_s = next(iter(settings.values()))
     engine = any_s.engine()
     posts = {name: s.postprocessor() for name, s in settings.items()}
-    totals = dict.fromkeys(settings, 0.0)
-    truth_f = truth.astype(np.float64)
+    workload = Workload.build(truth, (truth.shape[1],))
+    errors = {name: [] for name in settings}
     for r in range(runs):
         rnd = Randomness.seeded(seed + r)
         post_states = {name: p.initial() for name, p in posts.items()}
+        run_errors = {name: RunErrors(workload) for name in settings}
         for t, release, _ in step_run(engine, truth, lambda t, rnd=rnd: rnd.drawer(any_s.stream.id, t, "release")):
             for name, post in posts.items():
                 if release.source_timestep is None:
@@ -63,8 +66,10 @@ def shared_runs(settings: dict[str, Settings], truth: np.ndarray, runs: int, see
                     processed, post_states[name] = post.apply(post_states[name], release.counts, release.half_width,
                                                               release.confidence, release.kind == "fresh")
                     out = processed.counts
-                totals[name] += float(np.abs(np.asarray(out, dtype=np.float64) - truth_f[t]).sum())
-    return {name: v / (runs * truth.size) for name, v in totals.items()}
+                run_errors[name].add(t, out)
+        for name, acc in run_errors.items():
+            errors[name].append(acc.metrics()[0]["mae"])
+    return {name: float(np.mean(v)) for name, v in errors.items()}
 
 
 def main() -> int:
