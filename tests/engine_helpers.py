@@ -25,6 +25,18 @@ def stream(timesteps: int, seed: int, bins: int = BINS, population: int = POPULA
     return np.asarray(out)
 
 
+def jump_stream(timesteps: int, bins: int = 12, seed: int = 5) -> list[np.ndarray]:
+    """Poisson counts (mean 40 a bin) that jump every 37 timesteps, with small changes in between:
+    the stream the pinned-hash tests were recorded on (changing it changes every pin)."""
+    rng = np.random.default_rng(seed)
+    base, out = rng.poisson(40, bins), []
+    for t in range(timesteps):
+        if t % 37 == 0:
+            base = rng.poisson(40, bins)
+        out.append((base + rng.poisson(3, bins)).astype(np.int64))
+    return out
+
+
 def all_engines(unit_kind: str) -> list[tuple[str, Engine]]:
     unit = UserLevel(1, 40, 4) if unit_kind == "user-level" else WEvent(1, 8, 2)
     out = []

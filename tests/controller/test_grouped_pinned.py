@@ -20,18 +20,9 @@ from controller.step import Engine
 from controller.units import WEvent
 from histogram.lpa import LaplaceMechanism
 from histogram.noise import Randomness
+from tests.engine_helpers import jump_stream
 
 BINS, STEPS = 12, 160
-
-
-def _stream() -> list[np.ndarray]:
-    rng = np.random.default_rng(5)
-    base, out = rng.poisson(40, BINS), []
-    for t in range(STEPS):
-        if t % 37 == 0:  # a jump every 37 timesteps, small changes in between
-            base = rng.poisson(40, BINS)
-        out.append((base + rng.poisson(3, BINS)).astype(np.int64))
-    return out
 
 
 CASES = {
@@ -46,7 +37,7 @@ CASES = {
 def _fingerprint(policy) -> str:  # type: ignore[no-untyped-def]
     engine = Engine(policy, LaplaceMechanism(), BINS)
     rnd, state, h = Randomness.seeded(11), engine.initial_state(), hashlib.sha256()
-    for t, counts in enumerate(_stream()):
+    for t, counts in enumerate(jump_stream(STEPS, BINS)):
         release, state = engine.step(state, counts, rnd.drawer("pinned", t))
         h.update(np.asarray(release.counts).tobytes())
         h.update(repr((release.kind, str(release.epsilon_spent), str(release.window_spend),

@@ -14,7 +14,6 @@ import hashlib
 import json
 from fractions import Fraction
 
-import numpy as np
 import pytest
 
 from controller.method import MethodSpec, build_engine
@@ -22,18 +21,9 @@ from controller.pid import PIDGains
 from controller.units import UserLevel, WEvent
 from histogram.lpa import LaplaceMechanism
 from histogram.noise import Randomness
+from tests.engine_helpers import jump_stream
 
 BINS, STEPS = 12, 150
-
-
-def _stream() -> list[np.ndarray]:
-    rng = np.random.default_rng(5)
-    base, out = rng.poisson(40, BINS), []
-    for t in range(STEPS):
-        if t % 37 == 0:  # a jump every 37 timesteps, small changes in between
-            base = rng.poisson(40, BINS)
-        out.append((base + rng.poisson(3, BINS)).astype(np.int64))
-    return out
 
 
 CASES = {
@@ -62,7 +52,7 @@ CASES = {
 def _fingerprint(spec: MethodSpec) -> tuple[int, int, str]:
     engine = build_engine(spec, LaplaceMechanism(), BINS)
     rnd, state, h = Randomness.seeded(11), engine.initial_state(), hashlib.sha256()
-    for t, counts in enumerate(_stream()):
+    for t, counts in enumerate(jump_stream(STEPS, BINS)):
         release, state = engine.step(state, counts, rnd.drawer("pinned", t))
         h.update(release.counts.tobytes())
         h.update(repr((release.kind, str(release.epsilon_spent), str(release.window_spend),
