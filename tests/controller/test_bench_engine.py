@@ -4,7 +4,6 @@ scale), the targets are issue 29's, and ``--root`` pairs checkouts in subprocess
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from fractions import Fraction
 from pathlib import Path
@@ -15,17 +14,14 @@ import pytest
 from controller.method import METHODS, W_EVENT_METHODS
 from histogram.noise import Randomness
 from histogram.testing import RecordingDrawer
+from tests.bench_loader import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "bench_engine.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_engine", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_engine")
 
 
 def _run(bench, capsys, *argv: str) -> dict:

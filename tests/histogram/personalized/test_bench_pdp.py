@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,16 +12,12 @@ import pytest
 from histogram.noise import Randomness
 from histogram.personalized import BudgetLevels, minimum, privacy_aware, sampling
 from histogram.query import answer_range_queries, random_range_queries
-
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_pdp.py"
+from tests.bench_loader import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_pdp", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_pdp")
 
 
 def test_small_run_reports_every_setting_and_partitioning_beats_minimum(bench):

@@ -3,17 +3,11 @@ grid's rows (A): the same setting's rows merge, B's values win, A's other method
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.bench_loader import load_benchmark
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_filters", ROOT / "benchmarks" / "bench_filters.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_filters")
 
 
 def test_rows_of_one_setting_merge_and_the_later_auto_wins() -> None:
