@@ -9,7 +9,13 @@ it never wrote. The loop therefore compares, every few seconds, what the
 cluster says with what the stream's own state says:
 
 * every input partition's end offset is at least the position the service
-  committed (a smaller end: the log was deleted, truncated or replaced). The
+  committed (a smaller end: the log was deleted, truncated or replaced). The end
+  is the log's end as a ``read_uncommitted`` client sees it (the high watermark),
+  never the last stable offset: while an upstream transaction is open the last
+  stable offset can be below a position already read (a position moves past the
+  previous transaction's marker), and the embedded test broker then answers 0 for
+  it, which read as "the log was emptied" and stopped a healthy scale-out
+  releaser whenever a check fell inside a worker's transaction. The
   embedded test broker answers ListOffsets with its last *batch's* base offset
   + 1, below the true end, so a smaller end counts as a loss only when the
   partition is empty (end 0) or its last fetch's high watermark is below the
@@ -46,7 +52,7 @@ class ClusterView:
 
     Attributes:
         input_partitions: the input topic's partitions the cluster lists (empty: the topic is gone).
-        input_ends: end offset per input partition (read_committed: the last stable offset).
+        input_ends: end offset per input partition (read_uncommitted: the high watermark).
         output_exists: whether the output topic exists.
         marker: the checkpoint sequence number the consumer group has committed (None: none).
         fetched_high: per input partition, the high watermark its last fetch reported (None: none yet).

@@ -750,7 +750,17 @@ class InputReader:
         return {tp.partition: off for tp, off in committed_offsets(self.control, self.tps).items()}
 
     def end_offsets(self) -> dict[int, int]:
+        """Per partition, the end a ``read_committed`` consumer can read to (the last stable offset)."""
         return {tp.partition: off for tp, off in end_offsets(self.control, self.tps).items()}
+
+    def log_ends(self) -> dict[int, int]:
+        """Per partition, the log's end (``read_uncommitted``: the high watermark), asked now.
+
+        Unlike the last stable offset, it never falls behind a position already read while an
+        upstream transaction is open (the embedded broker even answers 0 for the last stable
+        offset then): the end to compare a committed position with (:mod:`stream.service.integrity`).
+        """
+        return {tp.partition: off for tp, off in end_offsets(self.probe.consumer, self.tps).items()}
 
     def close(self) -> None:
         for c in [*self.consumers.values(), self.control]:

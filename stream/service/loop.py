@@ -941,7 +941,7 @@ class Service:
             topics = control.topics()  # a fresh metadata request (never auto-creates a topic)
             partitions = frozenset(control.partitions_for_topic(k.input_topic) or ()) if k.input_topic in topics \
                 else frozenset()
-            ends = self.reader.end_offsets() if partitions else {}
+            ends = self.reader.log_ends() if partitions else {}  # the high watermark, not the LSO
             fetched = {p: self.reader.fetched_high(p) for p in self.reader.partitions}
             marker = committed_marker(control, k.state_topic) if self.committed_seq else None
         except Exception as exc:  # noqa: BLE001 - no answer: nothing to compare

@@ -363,6 +363,9 @@ class _FakeReader:
     def end_offsets(self) -> dict[int, int]:
         return {0: self.kafka.available}
 
+    def log_ends(self) -> dict[int, int]:
+        return {0: self.kafka.available}
+
     def close(self) -> None:
         pass
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
 
 import pytest
 
@@ -117,3 +118,44 @@ def test_a_broker_that_comes_back_empty_is_noticed(tmp_path, mode):
     lost = [x for x in lines if x.get("event", "").startswith("the Kafka cluster lost the stream's data")]
     assert len(lost) == 1, lost  # logged once
     assert lost[0]["on_cluster_loss"] == mode and lost[0]["level"] == "ERROR"
+
+
+@pytest.mark.kafka
+def test_an_open_upstream_transaction_is_not_a_lost_log(tmp_path, monkeypatch):
+    """While a producer holds a transaction open on the input, the last stable offset can be below
+    the position already read (the embedded broker answers 0 for it): the check compares with the
+    log's end instead, so a healthy service stays ready. This stopped the scale-out releaser, whose
+    input (the shuffle topic) always has a worker's transaction open, whenever a check fell inside it."""
+    from kafka import KafkaProducer
+
+    from tests.kafka_harness import T0
+
+    monkeypatch.setattr("stream.service.loop.CLUSTER_CHECK_INTERVAL_S", 0.3)
+    b = EmbeddedBroker.start()
+    tx = None
+    try:
+        settings = settings_from(service_config(b.bootstrap, tmp_path))
+        k = settings.kafka
+        with InProcessService(settings) as svc:
+            produce(b.bootstrap, k.input_topic, [json.dumps(event(f"p{i}", 0)).encode() for i in range(5)],
+                    partitions=1)
+            heartbeat(b.bootstrap, k.input_topic, 1, partitions=1)
+            wait_for(lambda: svc.published() >= 1, what="a release (a committed position past 0)")
+            tx = KafkaProducer(bootstrap_servers=b.bootstrap, transactional_id="upstream")
+            tx.init_transactions()
+            tx.begin_transaction()
+            tx.send(k.input_topic, json.dumps(event("late", 3)).encode(), partition=0,
+                    timestamp_ms=int((T0 + 3600) * 1000))
+            tx.flush()  # sent, not committed: the transaction stays open
+            deadline = time.monotonic() + 3.0  # about ten checks
+            while time.monotonic() < deadline:
+                assert svc.health.is_ready(), svc.health.view()
+                time.sleep(0.1)
+            assert svc.metric("dpstream_cluster_lost") == 0
+            assert svc.exit_code is None and svc.thread.is_alive()
+            tx.abort_transaction()
+            assert svc.stop() == 0
+    finally:
+        if tx is not None:
+            tx.close(timeout=2)
+        b.stop()
