@@ -123,6 +123,8 @@ class MarginalView:
         the records make, without building it. Raw-data derived: charge before using."""
         if records.levels != self.levels:
             raise MechanismError(f"records over levels {records.levels} for a view over {self.levels}")
+        for s in sorted(self.subsets, key=len, reverse=True):  # wider first: narrower ones are sums of them
+            records.table(s)
         return np.concatenate([records.table(s) for s in self.subsets]).astype(np.int64, copy=False)
 
     def observe(self, data: np.ndarray | RecordTable) -> np.ndarray:

@@ -87,10 +87,24 @@ class RecordTable:
         attributes = tuple(int(a) for a in attributes)
         known = self._tables.get(attributes)
         if known is None:
+            known = self._from_superset(attributes)
+        if known is None:
             known = self._count(attributes)
             known.setflags(write=False)
             self._tables[attributes] = known
         return known
+
+    def _from_superset(self, attributes: tuple[int, ...]) -> np.ndarray | None:
+        """The table summed out of a table already counted over more attributes (exact integer
+        sums, the same counts as counting the records again, without another pass over them)."""
+        if list(attributes) != sorted(set(attributes)):
+            return None  # the summed axes keep the wider table's (increasing) order
+        for wider, table in self._tables.items():
+            if len(wider) > len(attributes) and set(attributes) <= set(wider):
+                shaped = table.reshape(tuple(self.levels[a] for a in wider))
+                drop = tuple(i for i, a in enumerate(wider) if a not in attributes)
+                return np.ascontiguousarray(shaped.sum(axis=drop, dtype=np.int64).ravel())
+        return None
 
     def _count(self, attributes: tuple[int, ...]) -> np.ndarray:
         shape = tuple(self.levels[a] for a in attributes)
