@@ -84,7 +84,14 @@ def main() -> int:
     ap.add_argument("--ws", default="10,50")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--json", default=None, help="also write every setting's MAE per method here")
+    ap.add_argument("--process-share", type=float, default=None,
+                    help="the kalman/ewma filters' q (histogram.postprocess.PROCESS_SHARE) for this run: a "
+                         "design sweep (benchmarks/kalman_share.py); the service always uses the shipped q")
     args = ap.parse_args()
+    if args.process_share is not None:
+        import histogram.postprocess as post
+
+        post.PROCESS_SHARE = args.process_share
     methods = args.methods.split(",")
     cols = [*methods, "zero-release"]
     print("| family | ε | w | " + " | ".join(cols) + " |")
