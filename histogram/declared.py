@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 
 from histogram.errors import MechanismError
-from histogram.noise import discrete_laplace_half_width
+from histogram.noise import discrete_laplace_half_width, discrete_laplace_variance
 
 __all__ = ["DeclaredQuery", "discrete_laplace_variance", "sum_half_width", "answer_counts", "runs"]
 
@@ -81,12 +81,6 @@ def answer_counts(counts: np.ndarray, query: DeclaredQuery) -> float:
     """The query's answer on a (released) count vector in row-major bin order."""
     c = np.asarray(counts, dtype=np.float64).reshape(query.shape)
     return float(c[np.ix_(*[np.asarray(k) for k in query.levels])].sum())
-
-
-def discrete_laplace_variance(scale: Fraction | float) -> float:
-    """Variance ``2a/(1-a)²`` (``a = e^{-1/scale}``) of one discrete Laplace noise value, in counts²."""
-    a = math.exp(-1.0 / float(scale))
-    return 2.0 * a / (1.0 - a) ** 2
 
 
 def _chernoff(scale: float, k: int, beta: float) -> float:

@@ -53,6 +53,7 @@ __all__ = [
     "discrete_laplace_tail",
     "discrete_laplace_half_width",
     "discrete_laplace_mean_abs",
+    "discrete_laplace_variance",
 ]
 
 
@@ -497,6 +498,13 @@ def discrete_laplace_pmf(z: np.ndarray | int, scale: Fraction | float) -> np.nda
     """``P(Z = z) = (1 - a)/(1 + a) · a^|z|`` with ``a = exp(-1/scale)``."""
     a = _alpha(scale)
     return (1 - a) / (1 + a) * np.power(a, np.abs(np.asarray(z, dtype=np.float64)))
+
+
+def discrete_laplace_variance(scale: Fraction | float) -> float:
+    """``Var Z = 2a / (1 − a)²`` with ``a = exp(−1/scale)``, in counts² (``expm1`` for the small-scale end)."""
+    x = 1.0 / float(scale)
+    one_minus_a = -math.expm1(-x)
+    return 2.0 * math.exp(-x) / (one_minus_a * one_minus_a)
 
 
 def discrete_laplace_tail(k: int, scale: Fraction | float) -> float:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from histogram.errors import MechanismError
-from histogram.noise import NoiseDrawer
+from histogram.noise import NoiseDrawer, discrete_laplace_variance
 from histogram.psd.budget import PSDBudget, SubStep, TreePlan
 from histogram.psd.median import exponential_choice, median_utility
 
@@ -63,14 +63,6 @@ class NoisyLevel:
     @property
     def size(self) -> int:
         return int(self.parent.size)
-
-
-def discrete_laplace_variance(scale: Fraction | float) -> float:
-    """``Var Z = 2a / (1 - a)²`` with ``a = exp(-1/scale)``."""
-    x = 1.0 / float(scale)
-    a = math.exp(-x)
-    one_minus_a = -math.expm1(-x)
-    return 2.0 * a / (one_minus_a * one_minus_a)
 
 
 def prefix_table(hist: np.ndarray) -> np.ndarray:
