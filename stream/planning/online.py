@@ -10,7 +10,8 @@ history, :func:`stream.planning.planner.plan`) and simulates every candidate on 
 engine, ``release.planner.runs`` seeded runs each, scoring each with the configured
 ``release.postprocess`` chain itself (:func:`scored_chain`: ``model+nonnegative`` is scored through
 the model filter, ``kalman+nonnegative`` in that order, ``ewma`` as ``ewma``, as the service would
-publish them; :func:`stream.planning.planner._chain_errors`). The candidate with the smallest mean
+publish them, with ``release.delay`` k each timestep scored by the value the fixed-lag smoother
+publishes for it k timesteps later; :func:`stream.planning.planner._chain_errors`). The candidate with the smallest mean
 absolute error per bin (:class:`histogram.accuracy.RunErrors`' ``mae``) wins (ties: the
 candidate's name), unless the current candidate is within :data:`HYSTERESIS` of it (a switch is
 not free: the new method waits for the old one's charges to leave its windows).
@@ -92,6 +93,7 @@ class Replanner:
         self.labels = tuple(labels)
         self.chain = scored_chain(settings.release.postprocess)
         self.runs = int(settings.release.planner.runs)
+        self.delay = int(settings.release.delay)  # scored with the fixed-lag smoother the service publishes
         self._cache: dict[str, Any] = {}
 
     def _candidate(self, label: str) -> Any:
@@ -112,7 +114,7 @@ class Replanner:
         for label in self.labels:
             s = self._candidate(label)
             traces = [_simulate(s, truth, NOISE_SEED + r, ())[1] for r in range(self.runs)]
-            mae = float(np.mean(_chain_errors(s, self.chain, [truth] * self.runs, traces)))
+            mae = float(np.mean(_chain_errors(s, self.chain, [truth] * self.runs, traces, delay=self.delay)))
             out.append(mae if np.isfinite(mae) else np.inf)
         return tuple(out)
 

@@ -315,13 +315,16 @@ class _Trace:
     confidence: float
 
 
-def _chain_errors(settings: Any, chain: str, truths: list[np.ndarray], traces: list[_Trace]) -> list[float]:
+def _chain_errors(settings: Any, chain: str, truths: list[np.ndarray], traces: list[_Trace], *,
+                  delay: int = 0) -> list[float]:
     """Each run's mean absolute error per bin (:class:`histogram.accuracy.RunErrors`' ``mae``,
     records) with the post-processing ``chain`` (``release.postprocess`` text, e.g.
     ``model+nonnegative``) applied to its releases as the service applies it
-    (:meth:`histogram.postprocess.PostProcessor.for_stream`, no delay; without a declared population
-    the bin count stands in for it), run ``i`` having released ``traces[i]`` of ``truths[i]`` (all
-    of the same shape).
+    (:meth:`histogram.postprocess.PostProcessor.for_stream`; without a declared population the bin
+    count stands in for it), run ``i`` having released ``traces[i]`` of ``truths[i]`` (all of the
+    same shape). With ``delay`` k (``release.delay``, a ``model`` chain) each timestep is scored with
+    the value the fixed-lag smoother publishes for it k timesteps later, and the last k with the
+    stream's end smoothed as far as it goes, as the lab's runner and the service publish them.
 
     The chain takes all runs at once that drew fresh noise at the same timesteps (a schedule:
     uniform, fixed, Sample, on every stream), one group at a time otherwise: its rows are
@@ -333,7 +336,7 @@ def _chain_errors(settings: Any, chain: str, truths: list[np.ndarray], traces: l
     for i, tr in enumerate(traces):
         groups.setdefault(tr.fresh.tobytes() + tr.has.tobytes(), []).append(i)
     filt = PostProcessor.for_stream(chain, population=settings.privacy.population or bins, bins=bins,
-                                    contribution_bound=settings.privacy.contribution_bound)
+                                    contribution_bound=settings.privacy.contribution_bound, delay=delay)
     workloads: dict[int, Workload] = {}  # one per distinct truth (the runs of one stream share it)
     for idx in groups.values():
         first = traces[idx[0]]
@@ -348,14 +351,22 @@ def _chain_errors(settings: Any, chain: str, truths: list[np.ndarray], traces: l
             if key not in workloads:
                 workloads[key] = _workload(truths[idx[js[0]]])
             scored.append((np.asarray(js), RunErrors(workloads[key], len(js))))
+        zeros = np.zeros((len(idx), bins))
+        start = int(np.argmax(first.has)) if first.has.any() else timesteps  # the first release
+        out_at: list[np.ndarray] = [zeros] * timesteps  # what each timestep publishes (in order for RunErrors)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            for t in range(start, timesteps):
+                got, state = filt.apply(state, counts[:, t], widths[:, t], first.confidence, bool(first.fresh[t]))
+                if t - delay >= start:
+                    out_at[t - delay] = np.asarray(got.counts, dtype=np.float64)
+            tail = filt.pending(state, (len(idx), bins)) if start < timesteps else None
+        if tail is not None:
+            for j in range(delay):
+                if timesteps - delay + j >= start:
+                    out_at[timesteps - delay + j] = np.asarray(tail[j], dtype=np.float64)
         for t in range(timesteps):
-            published = np.zeros((len(idx), bins))
-            if first.has[t]:
-                with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-                    got, state = filt.apply(state, counts[:, t], widths[:, t], first.confidence, bool(first.fresh[t]))
-                published = np.asarray(got.counts, dtype=np.float64)
             for js, errors in scored:
-                errors.add(t, published[js])
+                errors.add(t, out_at[t][js])
         for js, errors in scored:
             for j, m in zip(js, errors.metrics(), strict=True):
                 out[idx[j]] = m["mae"]

@@ -137,3 +137,36 @@ def test_the_zero_release_is_the_labs_reference_row(tmp_path) -> None:
     planner._CACHE.clear()
     lab = reference_rows(build_workload(history, (4,), queries=0, seed=0))["zero-release"]["mae"]
     assert p.zero_mae == (lab,)
+
+
+def test_a_delayed_chain_is_scored_as_the_fixed_lag_smoother_publishes_it() -> None:
+    """With ``release.delay`` k a candidate's score is the MAE of what the service publishes for each
+    timestep: the smoother's value k timesteps later, the last k from the stream's end (a reference
+    loop, run by run, here); delay 0 is the undelayed score; the online re-plan passes the delay."""
+    from stream.planning.online import Replanner
+
+    truth = planner.scenario("sudden", 40, 5, 300)
+    workload = Workload.build(truth, (5,))
+    base = _settings(decision="fixed", epsilon=0.5, w=4, bins=5, population=300)
+    traces = [planner._simulate(base, truth, seed, ("none",))[1] for seed in (11, 12)]
+    undelayed = planner._chain_errors(base, planner.MODEL_CHAIN, [truth, truth], traces)
+    assert planner._chain_errors(base, planner.MODEL_CHAIN, [truth, truth], traces, delay=0) == undelayed
+    for k in (1, 3):
+        want = []
+        for tr in traces:
+            model = PostProcessor.for_stream(planner.MODEL_CHAIN, population=300, bins=5, delay=k)
+            state, out = model.initial(), np.zeros(truth.shape)
+            start = int(np.argmax(tr.has))
+            for t in range(start, truth.shape[0]):
+                got, state = model.apply(state, tr.counts[t], tr.widths[t], tr.confidence, bool(tr.fresh[t]))
+                if t - k >= start:
+                    out[t - k] = got.counts
+            tail = model.pending(state, (5,))
+            for j in range(k):
+                out[truth.shape[0] - k + j] = tail[j]
+            want.append(stream_errors(workload, out)[0]["mae"])
+        got = planner._chain_errors(base, planner.MODEL_CHAIN, [truth, truth], traces, delay=k)
+        assert got == want, k
+        assert got != undelayed
+    delayed = base.with_changes({"release": {"postprocess": "model+nonnegative", "delay": 2}})
+    assert Replanner(delayed, ("fixed",)).delay == 2 and Replanner(base, ("fixed",)).delay == 0
