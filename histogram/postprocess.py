@@ -30,6 +30,8 @@ YAML list ``[a, b]``); ``none`` is the empty chain. The steps:
   one per bin), the process variance chosen by the releases' likelihood from a bank of filters,
   a change detector on the innovations for level shifts, and with ``release.delay: k`` a
   fixed-lag smoother (the value for ``t`` uses the releases up to ``t + k``). No interval.
+  ``model-trend``: ``model`` whose bank also holds level-and-slope filters, so a trend is
+  followed between sparse fresh releases (:mod:`histogram.statespace`).
 * ``ewma``: exponential smoothing of the fresh releases, ``s ← s + α(z − s)``, with α the
   steady-state gain of the same Kalman filter for the first fresh release's noise
   (``α = (−Q + sqrt(Q² + 4QR)) / (2R)``); republished timesteps keep ``s``. No interval.
@@ -66,13 +68,14 @@ __all__ = [
 ]
 
 #: Steps accepted in ``release.postprocess`` (``none`` is the empty chain).
-POSTPROCESSORS: tuple[str, ...] = ("none", "nonnegative", "integer", "kalman", "ewma", "model", "model-perbin")
+POSTPROCESSORS: tuple[str, ...] = ("none", "nonnegative", "integer", "kalman", "ewma", "model", "model-perbin",
+                                  "model-trend")
 
 #: Steps that carry state from one timestep to the next (temporal smoothing).
-STATEFUL: frozenset[str] = frozenset({"kalman", "ewma", "model", "model-perbin"})
+STATEFUL: frozenset[str] = frozenset({"kalman", "ewma", "model", "model-perbin", "model-trend"})
 
 #: The structural filters (:mod:`histogram.statespace`); only they take ``release.delay``.
-MODELS: frozenset[str] = frozenset({"model", "model-perbin"})
+MODELS: frozenset[str] = frozenset({"model", "model-perbin", "model-trend"})
 
 #: ``q``: the smoothers' process sd per timestep as a share of a bin's even share of the
 #: declared population (``docs/results.md`` "Temporal smoothing" says how it was chosen).
@@ -234,7 +237,7 @@ class PostProcessor:
         parse_chain(self.chain)
         if self.delay and not any(s in MODELS for s in self.chain):
             raise ValueError(f"release.delay {self.delay} needs a model step in release.postprocess "
-                             f"(model or model-perbin: the fixed-lag smoother); got {self.text}")
+                             f"(model, model-perbin or model-trend: the fixed-lag smoother); got {self.text}")
         if self.delay:
             ModelFilter(delay=self.delay)  # range check
         if not (math.isfinite(self.process_sd) and self.process_sd > 0):
@@ -321,7 +324,7 @@ class PostProcessor:
 
     def _model(self, step: str, state: PostState, z: np.ndarray, width: np.ndarray, confidence: float,
                fresh: bool) -> tuple[np.ndarray, PostState]:
-        filt = ModelFilter(shared=step == "model", delay=self.delay)
+        filt = ModelFilter(shared=step != "model-perbin", delay=self.delay, trend=step == "model-trend")
         shape = z.shape
         rows = z.reshape(-1, shape[-1])
         if state.model is None:
@@ -339,7 +342,8 @@ class PostProcessor:
         finite stream); None without a delay or before the first fresh release."""
         if not self.delay or state.model is None:
             return None
-        out = ModelFilter(shared="model" in self.chain, delay=self.delay).pending(state.model)
+        step = next(s for s in self.chain if s in MODELS)
+        out = ModelFilter(shared=step != "model-perbin", delay=self.delay, trend=step == "model-trend").pending(state.model)
         return np.moveaxis(out, -1, 0).reshape((self.delay, *shape))
 
     # -- snapshots --------------------------------------------------------------

@@ -34,6 +34,12 @@ The model, per bin ``j`` and timestep ``t``::
   releases (``docs/results.md`` "Model-based post-processing" measures it).
 * ``delay`` (``release.delay: k``): a fixed-lag smoother: the value published for ``t`` is the
   Rauch–Tung–Striebel smoothed level using the releases up to ``t + k``.
+* ``trend`` (step ``model-trend``): the bank also holds local-linear-trend filters (level and
+  slope, no season), ``ℓ[t] = ℓ[t−1] + v[t−1] + N(0, Q)``, ``v[t] = v[t−1] + N(0, Q_v)``, one per
+  pair of :data:`RATIOS` and :data:`SLOPE_RATIOS`, weighted by the same discounted likelihood
+  as the others: between sparse fresh releases (Sample, fixed sampling) a trend is followed
+  instead of the last level being repeated; on streams without one the likelihood keeps their
+  weight low. A level shift restarts their level at the release and their slope at 0.
 
 All state is float64 arrays (:class:`ModelState`), journaled exactly with the engine state.
 """
@@ -46,7 +52,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["ModelFilter", "ModelState", "RATIOS", "HISTORY", "PERIOD_MAX"]
+__all__ = ["ModelFilter", "ModelState", "RATIOS", "SLOPE_RATIOS", "HISTORY", "PERIOD_MAX"]
 
 #: Candidate process-to-noise variance ratios ``Q / R₀`` of the filter bank.
 RATIOS: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
@@ -66,8 +72,15 @@ PERIOD_TOLERANCE = 0.8
 SIGNIFICANCE = 1.0
 #: The period is re-chosen every this many timesteps (it is kept in the state in between).
 PERIOD_EVERY = 8
+#: Slope process variances ``Q_v / R₀`` of the trend filters (step ``model-trend``).
+SLOPE_RATIOS: tuple[float, ...] = (1e-7,)
+#: The trend filters' prior slope variance at the first release (and after a level shift), ``· R``.
+SLOPE_PRIOR = 1e-2
 
 _FIELDS = ("t", "r0", "period", "x", "p", "loglik", "run", "hist", "hist_r", "lag_x", "lag_p", "lag_m")
+#: The trend filters' arrays (step ``model-trend`` only): level, slope, their covariance
+#: (``pp``, ``pv``, ``vv``), log-likelihood, and the fixed-lag buffers of each.
+_TREND_FIELDS = ("tx", "tv", "tpp", "tpv", "tvv", "tloglik", "tlag_x", "tlag_v", "tlag_pp", "tlag_pv", "tlag_vv")
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,7 +95,9 @@ class ModelState:
     filter's level, its variance and its discounted log-likelihood; ``run`` (N, B) the signed
     count of large innovations in a row; ``hist``, ``hist_r`` (N, S, H) the released series and
     its noise variance (NaN where not fresh); ``lag_x``, ``lag_p``, ``lag_m`` (N, B, M, K+1)
-    the last ``K + 1`` filtered levels, variances and multipliers (fixed-lag smoothing).
+    the last ``K + 1`` filtered levels, variances and multipliers (fixed-lag smoothing). With
+    ``trend``, ``T = len(RATIOS) · len(SLOPE_RATIOS)`` trend filters more: ``tx``, ``tv``, ``tpp``,
+    ``tpv``, ``tvv``, ``tloglik`` (N, B, T) and their buffers ``tlag_*`` (N, B, T, K+1).
     """
 
     arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
@@ -107,10 +122,12 @@ class ModelFilter:
     Attributes:
         shared: one seasonal shape for all bins (from the released totals) or one per bin.
         delay: ``k`` of the fixed-lag smoother (0: publish the filtered value at once).
+        trend: also the local-linear-trend filters (step ``model-trend``).
     """
 
     shared: bool = True
     delay: int = 0
+    trend: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.delay, int) and 0 <= self.delay <= 64):
@@ -133,11 +150,21 @@ class ModelFilter:
             "lag_x": np.repeat(x[..., None], k + 1, axis=3), "lag_p": np.repeat(p[..., None], k + 1, axis=3),
             "lag_m": np.ones((n, b, m, k + 1)),
         }
+        if self.trend:
+            nt = len(RATIOS) * len(SLOPE_RATIOS)
+            tx, tpp = np.repeat(z[:, :, None], nt, axis=2), np.repeat(r[:, :, None], nt, axis=2)
+            zero = np.zeros((n, b, nt))
+            tvv = SLOPE_PRIOR * tpp
+            arrays.update({"tx": tx, "tv": zero, "tpp": tpp, "tpv": zero, "tvv": tvv, "tloglik": zero})
+            for name, v in (("tlag_x", tx), ("tlag_v", zero), ("tlag_pp", tpp), ("tlag_pv", zero), ("tlag_vv", tvv)):
+                arrays[name] = np.repeat(v[..., None], k + 1, axis=3)
         return z.copy(), ModelState(arrays)
 
     def step(self, state: ModelState, z: np.ndarray, r: np.ndarray, fresh: bool) -> tuple[np.ndarray, ModelState]:
         """One timestep: ``z``/``r`` (N, B) the release and its noise variance (ignored unless
         ``fresh``). Returns the published estimate (of ``t − delay`` with a delay) and the new state."""
+        if self.trend:
+            return self._step_trend(state, z, r, fresh)
         # the new state's arrays: each is replaced below by a new array, except ``lag_p``, whose newest
         # column a level shift overwrites in place: copied, so ``state`` itself never changes
         a = dict(state.arrays)
@@ -198,8 +225,117 @@ class ModelFilter:
     def pending(self, state: ModelState) -> np.ndarray:
         """With a delay ``k``: the estimates (N, B, k) of the last ``k`` timesteps stepped, not yet
         published, each smoothed with the releases there are (the end of a finite stream)."""
+        if self.trend:
+            return self._trend_smoothed(state.arrays)[..., 1:]
         out = _smoothed(state["lag_x"], state["lag_p"], state["lag_m"], _bank_q(state["r0"]), _weights(state["loglik"]))
         return out[..., 1:]
+
+    # -- the trend filters (step model-trend) -------------------------------------------------
+    def _step_trend(self, state: ModelState, z: np.ndarray, r: np.ndarray, fresh: bool
+                    ) -> tuple[np.ndarray, ModelState]:
+        """:meth:`step` with the trend filters in the bank (the level-only filters as in :meth:`step`)."""
+        a = dict(state.arrays)
+        a["lag_p"] = state.arrays["lag_p"].copy()
+        a["tlag_pp"], a["tlag_pv"], a["tlag_vv"] = (state.arrays[f].copy() for f in ("tlag_pp", "tlag_pv", "tlag_vv"))
+        n, b = z.shape
+        t = a["t"] + 1.0
+        a["t"] = t
+        if int(t[0]) % PERIOD_EVERY == 0:
+            a["period"] = _choose_period(a["hist"].sum(axis=1), a["hist_r"].sum(axis=1), t - 1)
+        m = _multiplier(a["hist"], a["hist_r"], t, a["period"])
+        m = np.broadcast_to(m, (n, b)) if m.shape[1] == b else np.repeat(m, b, axis=1)
+        mm = np.concatenate([np.repeat(m[:, :, None], len(RATIOS), axis=2), np.ones((n, b, len(RATIOS)))], axis=2)
+        q = _bank_q(a["r0"])
+        ql, qv = _trend_q(a["r0"])  # (N, 1, T) each
+        x, p = a["x"], a["p"] + q  # the level-only filters: predict
+        tx = a["tx"] + a["tv"]  # the trend filters: predict
+        tpp = a["tpp"] + 2.0 * a["tpv"] + a["tvv"] + ql
+        tpv = a["tpv"] + a["tvv"]
+        tvv = a["tvv"] + qv
+        tv = a["tv"]
+        split = a["loglik"].shape[2]
+        if fresh:
+            w = _weights(np.concatenate([a["loglik"], a["tloglik"]], axis=2))
+            wl, wt = w[..., :split], w[..., split:]
+            s = mm * mm * p + r[:, :, None]
+            nu = z[:, :, None] - mm * x
+            ts = tpp + r[:, :, None]
+            tnu = z[:, :, None] - tx
+            mean_pred = (wl * mm * x).sum(axis=2) + (wt * tx).sum(axis=2)
+            var_pred = ((wl * (s + (mm * x - mean_pred[:, :, None]) ** 2)).sum(axis=2)
+                        + (wt * (ts + (tx - mean_pred[:, :, None]) ** 2)).sum(axis=2))
+            score = (z - mean_pred) / np.sqrt(np.maximum(var_pred, 1e-12))
+            big = np.where(np.abs(score) > CHANGE_Z, np.sign(score), 0.0)
+            run = np.where((big != 0) & (np.sign(a["run"]) == big), a["run"] + big, big)
+            a["loglik"] = FORGET * a["loglik"] - 0.5 * (np.log(s) + nu * nu / s)
+            a["tloglik"] = FORGET * a["tloglik"] - 0.5 * (np.log(ts) + tnu * tnu / ts)
+            gain = p * mm / s
+            x = x + gain * nu
+            p = (1.0 - gain * mm) * p
+            kx, kv = tpp / ts, tpv / ts
+            tx, tv = tx + kx * tnu, tv + kv * tnu
+            tpp, tpv, tvv = tpp - kx * tpp, tpv - kx * tpv, tvv - kv * tpv
+            shift = np.abs(run) >= CHANGE_RUN
+            if shift.any():
+                safe = np.where(np.abs(mm) > 1e-9, mm, 1.0)
+                sh = shift[:, :, None]
+                x = np.where(sh, z[:, :, None] / safe, x)
+                p = np.where(sh, r[:, :, None] / safe ** 2, p)
+                a["loglik"] = np.where(sh, 0.0, a["loglik"])
+                a["lag_p"][..., -1] = np.where(sh, 0.0, a["lag_p"][..., -1])
+                rr = np.broadcast_to(r[:, :, None], tx.shape)
+                tx, tv = np.where(sh, z[:, :, None], tx), np.where(sh, 0.0, tv)
+                tpp, tpv, tvv = np.where(sh, rr, tpp), np.where(sh, 0.0, tpv), np.where(sh, SLOPE_PRIOR * rr, tvv)
+                a["tloglik"] = np.where(sh, 0.0, a["tloglik"])
+                for f in ("tlag_pp", "tlag_pv", "tlag_vv"):  # no smoothing back across the shift
+                    a[f][..., -1] = np.where(sh, 0.0, a[f][..., -1])
+                run = np.where(shift, 0.0, run)
+            a["run"] = run
+            new = z.sum(axis=1, keepdims=True) if self.shared else z
+            new_r = r.sum(axis=1, keepdims=True) if self.shared else r
+        else:
+            new = new_r = np.full(a["hist"].shape[:2], np.nan)
+        a["hist"] = np.concatenate([a["hist"][:, :, 1:], new[:, :, None]], axis=2)
+        a["hist_r"] = np.concatenate([a["hist_r"][:, :, 1:], new_r[:, :, None]], axis=2)
+        a["x"], a["p"] = x, p
+        a["tx"], a["tv"], a["tpp"], a["tpv"], a["tvv"] = tx, tv, tpp, tpv, tvv
+        w = _weights(np.concatenate([a["loglik"], a["tloglik"]], axis=2))
+        k = self.delay
+        if k == 0:
+            return (w[..., :split] * mm * x).sum(axis=2) + (w[..., split:] * tx).sum(axis=2), ModelState(a)
+        a["lag_x"] = np.concatenate([a["lag_x"][..., 1:], x[..., None]], axis=3)
+        a["lag_p"] = np.concatenate([a["lag_p"][..., 1:], p[..., None]], axis=3)
+        a["lag_m"] = np.concatenate([a["lag_m"][..., 1:], mm[..., None]], axis=3)
+        for f, v in (("tlag_x", tx), ("tlag_v", tv), ("tlag_pp", tpp), ("tlag_pv", tpv), ("tlag_vv", tvv)):
+            a[f] = np.concatenate([a[f][..., 1:], v[..., None]], axis=3)
+        return self._trend_smoothed(a)[..., 0], ModelState(a)
+
+    def _trend_smoothed(self, a: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The fixed-lag estimates (N, B, k+1) of the whole bank: the level-only filters through
+        :func:`_smoothed`'s rule, the trend filters through the two-state Rauch–Tung–Striebel rule."""
+        w = _weights(np.concatenate([a["loglik"], a["tloglik"]], axis=2))
+        split = a["loglik"].shape[2]
+        # the level-only filters, each weighted by its share of the whole bank
+        level = _smoothed(a["lag_x"], a["lag_p"], a["lag_m"], _bank_q(a["r0"]), w[..., :split])
+        ql, qv = _trend_q(a["r0"])
+        k1 = a["tlag_x"].shape[-1]
+        out = np.empty_like(level)
+        wt = w[..., split:]
+        xs, vs = a["tlag_x"][..., k1 - 1], a["tlag_v"][..., k1 - 1]
+        out[..., k1 - 1] = (wt * xs).sum(axis=2)
+        for i in range(k1 - 2, -1, -1):
+            x, v = a["tlag_x"][..., i], a["tlag_v"][..., i]
+            pp, pv, vv = a["tlag_pp"][..., i], a["tlag_pv"][..., i], a["tlag_vv"][..., i]
+            # prediction of i + 1 from i: F = [[1, 1], [0, 1]]
+            a11, a12, a22 = pp + 2.0 * pv + vv + ql, pv + vv, vv + qv
+            det = np.maximum(a11 * a22 - a12 * a12, 1e-300)
+            c11, c12, c21, c22 = pp + pv, pv, pv + vv, vv  # P_i Fᵀ
+            j11, j12 = (c11 * a22 - c12 * a12) / det, (c12 * a11 - c11 * a12) / det
+            j21, j22 = (c21 * a22 - c22 * a12) / det, (c22 * a11 - c21 * a12) / det
+            dx, dv = xs - (x + v), vs - v
+            xs, vs = x + j11 * dx + j12 * dv, v + j21 * dx + j22 * dv
+            out[..., i] = (wt * xs).sum(axis=2)
+        return level + out
 
 
 def _smoothed(lag_x: np.ndarray, lag_p: np.ndarray, lag_m: np.ndarray, q: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -220,6 +356,13 @@ def _bank_q(r0: np.ndarray) -> np.ndarray:
     """The bank's process variances (N, 1, 2M): each ratio of :data:`RATIOS` times ``R₀``, twice
     (seasonal filters first, then the flat ones)."""
     return np.tile(np.asarray(RATIOS), 2)[None, None, :] * r0[:, None, None]
+
+
+def _trend_q(r0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The trend filters' level and slope process variances (N, 1, T): every pair of a level
+    ratio (:data:`RATIOS`) and a slope ratio (:data:`SLOPE_RATIOS`), times ``R₀``."""
+    level, slope = np.meshgrid(np.asarray(RATIOS), np.asarray(SLOPE_RATIOS), indexing="ij")
+    return level.ravel()[None, None, :] * r0[:, None, None], slope.ravel()[None, None, :] * r0[:, None, None]
 
 
 def _weights(loglik: np.ndarray) -> np.ndarray:
@@ -351,7 +494,8 @@ def _multiplier(hist: np.ndarray, hist_r: np.ndarray, t: np.ndarray, period: np.
 
 def state_arrays(state: ModelState) -> dict[str, np.ndarray]:
     """The arrays of ``state`` by name (for journaling)."""
-    return {k: state.arrays[k] for k in _FIELDS}
+    fields = _FIELDS + _TREND_FIELDS if "tx" in state.arrays else _FIELDS
+    return {k: state.arrays[k] for k in fields}
 
 
 def state_from_arrays(arrays: Mapping[str, np.ndarray]) -> ModelState:
@@ -360,9 +504,11 @@ def state_from_arrays(arrays: Mapping[str, np.ndarray]) -> ModelState:
     Raises:
         ValueError: a missing or extra array, or rows that do not agree.
     """
-    if set(arrays) != set(_FIELDS):
-        raise ValueError(f"model filter state needs the arrays {', '.join(_FIELDS)}")
-    rows = {np.shape(arrays[k])[0] for k in _FIELDS}
-    if len(rows) != 1 or not all(math.isfinite(float(np.nansum(arrays[k]))) or k == "loglik" for k in _FIELDS):
+    fields = _FIELDS + _TREND_FIELDS if "tx" in arrays else _FIELDS
+    if set(arrays) != set(fields):
+        raise ValueError(f"model filter state needs the arrays {', '.join(fields)}")
+    rows = {np.shape(arrays[k])[0] for k in fields}
+    if len(rows) != 1 or not all(math.isfinite(float(np.nansum(arrays[k]))) or k in ("loglik", "tloglik")
+                                 for k in fields):
         raise ValueError("model filter state's arrays do not agree")
-    return ModelState({k: np.asarray(arrays[k], dtype=np.float64) for k in _FIELDS})
+    return ModelState({k: np.asarray(arrays[k], dtype=np.float64) for k in fields})

@@ -94,7 +94,7 @@ class MethodInfo(_Model):
     """How the release was made.
 
     ``postprocess`` (schema version 2): the post-processing steps applied to the released counts,
-    in order (``release.postprocess``: nonnegative, integer, kalman, ewma, model, model-perbin;
+    in order (``release.postprocess``: nonnegative, integer, kalman, ewma, model, model-perbin, model-trend;
     ``docs/privacy.md``
     §2.3.1); absent when the counts are published as the mechanism drew them (version 1).
     """
@@ -102,7 +102,8 @@ class MethodInfo(_Model):
     decision: str
     mechanism: Literal["lpa", "psd"]
     unit: Literal["user-level", "w-event"]
-    postprocess: list[Literal["nonnegative", "integer", "kalman", "ewma", "model", "model-perbin"]] | None = Field(
+    postprocess: list[Literal["nonnegative", "integer", "kalman", "ewma", "model", "model-perbin",
+                              "model-trend"]] | None = Field(
         default=None, description="post-processing applied to the counts, in order (schema version 2); "
                                   "absent: none")
 

@@ -24,7 +24,7 @@ from histogram.postprocess import (
 
 
 def test_names_and_values() -> None:
-    assert POSTPROCESSORS == ("none", "nonnegative", "integer", "kalman", "ewma", "model", "model-perbin")
+    assert POSTPROCESSORS == ("none", "nonnegative", "integer", "kalman", "ewma", "model", "model-perbin", "model-trend")
     c = np.array([-3, 0, 5, -1], dtype=np.int64)
     assert postprocess("none", c) is c or np.array_equal(postprocess("none", c), c)
     out = postprocess("nonnegative", c)

@@ -86,7 +86,8 @@ def test_republished_timesteps_add_no_information():
     assert np.array_equal(o1.counts, o2.counts) and s1 == s2
 
 
-@pytest.mark.parametrize("chain,delay", [("model", 0), ("model-perbin", 0), ("model+nonnegative", 2)])
+@pytest.mark.parametrize("chain,delay", [("model", 0), ("model-perbin", 0), ("model+nonnegative", 2),
+                                         ("model-trend", 0), ("model-trend+nonnegative", 2)])
 def test_a_restored_state_continues_bit_for_bit(chain, delay):
     pp = PostProcessor.for_stream(chain, population=1000, bins=3, delay=delay)
     truth, rng = _jump(120), np.random.default_rng(2)
@@ -114,12 +115,13 @@ def test_delay_needs_a_model_step_and_a_sane_range():
         PostProcessor(("model", "kalman"))
 
 
-def test_runs_side_by_side_equal_runs_one_at_a_time():
+@pytest.mark.parametrize("step", ["model", "model-trend"])
+def test_runs_side_by_side_equal_runs_one_at_a_time(step):
     """The lab passes all runs at once (leading axis): the same numbers as one run at a time."""
     truth = _jump(150)
     rng = np.random.default_rng(3)
     z = truth[None] + rng.laplace(0, B, (4,) + truth.shape)
-    pp = PostProcessor(("model",), delay=1)
+    pp = PostProcessor((step,), delay=1)
     s_all, singles = pp.initial(), [pp.initial() for _ in range(4)]
     for t in range(150):
         o_all, s_all = pp.apply(s_all, z[:, t], np.full((4, 3), H), CONF, True)
@@ -195,14 +197,14 @@ def test_the_filter_publishes_the_same_bytes_as_with_the_one_hot_phase_statistic
     assert fast == run()
 
 
-@pytest.mark.parametrize("shared,delay", [(True, 0), (False, 2)])
-def test_a_step_leaves_the_state_it_was_given_unchanged(shared, delay):
+@pytest.mark.parametrize("shared,delay,trend", [(True, 0, False), (False, 2, False), (True, 2, True)])
+def test_a_step_leaves_the_state_it_was_given_unchanged(shared, delay, trend):
     """States are values (journaled, restored; ``PostProcessor.apply`` is pure): stepping from one,
     level shifts included (a bin's bank restarts, and with a delay the smoother's newest variance
     is cut), must not write into its arrays."""
     from histogram.statespace import ModelFilter
 
-    filt, rng = ModelFilter(shared=shared, delay=delay), np.random.default_rng(1)
+    filt, rng = ModelFilter(shared=shared, delay=delay, trend=trend), np.random.default_rng(1)
     level = np.where((np.arange(400) // 80) % 2 == 0, 200.0, 700.0)  # a jump of ~6 noise sds every 80
     r = np.full((8, 3), 2 * B * B)
     _, state = filt.start(level[0] + rng.laplace(0, B, (8, 3)), r)
@@ -214,3 +216,29 @@ def test_a_step_leaves_the_state_it_was_given_unchanged(shared, delay):
         shifts += int((new["loglik"] == 0.0).all(axis=2).sum())  # a restarted bank: every filter's weight reset
         state = new
     assert shifts > 0
+
+
+def _sparse(truth: np.ndarray, chain: str, every: int, delay: int = 0, runs: int = 4) -> float:
+    """MAE of ``chain`` over releases drawn every ``every`` timesteps (republished in between)."""
+    return float(np.mean([np.abs(_run(PostProcessor(tuple(chain.split("+")), delay=delay), truth, seed=s,
+                                      every=every) - truth)[every:].mean() for s in range(runs)]))
+
+
+def test_the_trend_filters_follow_a_trend_between_sparse_releases():
+    """``model-trend`` (issue 30 item 1: level + trend + season): on a linear trend released every
+    25 timesteps, the level-only model repeats the last level (stale by up to 25 slopes); the
+    trend filters carry the slope. With a delay the smoother also looks ahead."""
+    truth = (100.0 + 4.0 * np.arange(600))[:, None] * np.ones((1, 2))
+    level, trend = _sparse(truth, "model", 25), _sparse(truth, "model-trend", 25)
+    assert trend < 0.6 * level, (trend, level)
+    assert _sparse(truth, "model-trend", 25, delay=3) < trend
+
+
+def test_the_trend_filters_cost_little_where_there_is_no_trend():
+    """On flat parts and a level shift, the likelihood keeps the trend filters' weight low: within
+    10 % of the level-only model, and the shift is still followed."""
+    truth = _jump(600)
+    level, trend = _sparse(truth, "model", 1), _sparse(truth, "model-trend", 1)
+    assert trend < 1.1 * level, (trend, level)
+    after = np.abs(_run(PostProcessor(("model-trend",)), truth) - truth)[310:].mean()
+    assert after < 0.5 * B, after

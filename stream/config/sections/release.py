@@ -162,7 +162,7 @@ class ReleaseSection(Section):
                 "drop the smoother, or choose another decision method")
         if self.delay and not any(s in MODELS for s in parse_chain(self.postprocess)):
             raise ValueError(f"release.delay {self.delay} is the fixed-lag smoother of a model step: set "
-                             f"release.postprocess to model or model-perbin (now {self.postprocess}), or delay 0")
+                             f"release.postprocess to model, model-perbin or model-trend (now {self.postprocess}), or delay 0")
         return self
 
 
