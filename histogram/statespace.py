@@ -31,7 +31,7 @@ The model, per bin ``j`` and timestep ``t``::
   :data:`CHANGE_Z` with the same sign on :data:`CHANGE_RUN` fresh releases in a row, the bin's
   level restarts from the last release (variance ``R``) and the bank's weights reset. So a
   jump of more than about ``CHANGE_Z`` noise sds is followed within ``CHANGE_RUN`` fresh
-  releases (``docs/results.md`` "Model-based post-processing" measures it).
+  releases (``tests/histogram/test_statespace.py`` measures it).
 * ``delay`` (``release.delay: k``): a fixed-lag smoother: the value published for ``t`` is the
   Rauch–Tung–Striebel smoothed level using the releases up to ``t + k``.
 * ``trend`` (step ``model-trend``): the bank also holds local-linear-trend filters (level and
