@@ -165,21 +165,7 @@ class ModelFilter:
         ``fresh``). Returns the published estimate (of ``t − delay`` with a delay) and the new state."""
         if self.trend:
             return self._step_trend(state, z, r, fresh)
-        # the new state's arrays: each is replaced below by a new array, except ``lag_p``, whose newest
-        # column a level shift overwrites in place: copied, so ``state`` itself never changes
-        a = dict(state.arrays)
-        a["lag_p"] = state.arrays["lag_p"].copy()
-        n, b = z.shape
-        t = a["t"] + 1.0
-        a["t"] = t
-        # the period (re-chosen every PERIOD_EVERY timesteps) and this timestep's multiplier
-        if int(t[0]) % PERIOD_EVERY == 0:
-            a["period"] = _choose_period(a["hist"].sum(axis=1), a["hist_r"].sum(axis=1), t - 1)
-        m = _multiplier(a["hist"], a["hist_r"], t, a["period"])  # (N, S)
-        m = np.broadcast_to(m, (n, b)) if m.shape[1] == b else np.repeat(m, b, axis=1)
-        # the bank: each ratio with the seasonal multiplier and without (m = 1): the releases'
-        # likelihood decides whether the season found is worth following
-        mm = np.concatenate([np.repeat(m[:, :, None], len(RATIOS), axis=2), np.ones((n, b, len(RATIOS)))], axis=2)
+        a, mm = self._advance(state, z.shape)
         q = _bank_q(a["r0"])  # (N, 1, 2M)
         x, p = a["x"], a["p"] + q  # predict
         if fresh:
@@ -205,12 +191,7 @@ class ModelFilter:
                 a["lag_p"][..., -1] = np.where(shift[:, :, None], 0.0, a["lag_p"][..., -1])
                 run = np.where(shift, 0.0, run)
             a["run"] = run
-            new = z.sum(axis=1, keepdims=True) if self.shared else z
-            new_r = r.sum(axis=1, keepdims=True) if self.shared else r
-        else:
-            new = new_r = np.full(a["hist"].shape[:2], np.nan)
-        a["hist"] = np.concatenate([a["hist"][:, :, 1:], new[:, :, None]], axis=2)
-        a["hist_r"] = np.concatenate([a["hist_r"][:, :, 1:], new_r[:, :, None]], axis=2)
+        self._remember(a, z, r, fresh)
         a["x"], a["p"] = x, p
         w = _weights(a["loglik"])
         k = self.delay
@@ -221,6 +202,37 @@ class ModelFilter:
         a["lag_p"] = np.concatenate([a["lag_p"][..., 1:], p[..., None]], axis=3)
         a["lag_m"] = np.concatenate([a["lag_m"][..., 1:], mm[..., None]], axis=3)
         return _smoothed(a["lag_x"], a["lag_p"], a["lag_m"], q, w)[..., 0], ModelState(a)
+
+    def _advance(self, state: ModelState, shape: tuple[int, int]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The next timestep's arrays (a new dict; the arrays a level shift writes into in place are
+        copies, so ``state`` itself never changes), with ``t`` advanced and the period re-chosen
+        every :data:`PERIOD_EVERY` timesteps, and the level-only bank's multipliers ``mm`` (N, B, 2M):
+        each ratio with the seasonal multiplier, then without it (m = 1): the releases' likelihood
+        decides whether the season found is worth following."""
+        a = dict(state.arrays)
+        for f in ("lag_p", "tlag_pp", "tlag_pv", "tlag_vv"):
+            if f in a:
+                a[f] = a[f].copy()
+        n, b = shape
+        t = a["t"] + 1.0
+        a["t"] = t
+        if int(t[0]) % PERIOD_EVERY == 0:
+            a["period"] = _choose_period(a["hist"].sum(axis=1), a["hist_r"].sum(axis=1), t - 1)
+        m = _multiplier(a["hist"], a["hist_r"], t, a["period"])  # (N, S)
+        m = np.broadcast_to(m, (n, b)) if m.shape[1] == b else np.repeat(m, b, axis=1)
+        mm = np.concatenate([np.repeat(m[:, :, None], len(RATIOS), axis=2), np.ones((n, b, len(RATIOS)))], axis=2)
+        return a, mm
+
+    def _remember(self, a: dict[str, np.ndarray], z: np.ndarray, r: np.ndarray, fresh: bool) -> None:
+        """Append this timestep to the released history the season is estimated from (the totals
+        with ``shared``; NaN where the timestep is not fresh: a republished value is no release)."""
+        if fresh:
+            new = z.sum(axis=1, keepdims=True) if self.shared else z
+            new_r = r.sum(axis=1, keepdims=True) if self.shared else r
+        else:
+            new = new_r = np.full(a["hist"].shape[:2], np.nan)
+        a["hist"] = np.concatenate([a["hist"][:, :, 1:], new[:, :, None]], axis=2)
+        a["hist_r"] = np.concatenate([a["hist_r"][:, :, 1:], new_r[:, :, None]], axis=2)
 
     def pending(self, state: ModelState) -> np.ndarray:
         """With a delay ``k``: the estimates (N, B, k) of the last ``k`` timesteps stepped, not yet
@@ -234,17 +246,7 @@ class ModelFilter:
     def _step_trend(self, state: ModelState, z: np.ndarray, r: np.ndarray, fresh: bool
                     ) -> tuple[np.ndarray, ModelState]:
         """:meth:`step` with the trend filters in the bank (the level-only filters as in :meth:`step`)."""
-        a = dict(state.arrays)
-        a["lag_p"] = state.arrays["lag_p"].copy()
-        a["tlag_pp"], a["tlag_pv"], a["tlag_vv"] = (state.arrays[f].copy() for f in ("tlag_pp", "tlag_pv", "tlag_vv"))
-        n, b = z.shape
-        t = a["t"] + 1.0
-        a["t"] = t
-        if int(t[0]) % PERIOD_EVERY == 0:
-            a["period"] = _choose_period(a["hist"].sum(axis=1), a["hist_r"].sum(axis=1), t - 1)
-        m = _multiplier(a["hist"], a["hist_r"], t, a["period"])
-        m = np.broadcast_to(m, (n, b)) if m.shape[1] == b else np.repeat(m, b, axis=1)
-        mm = np.concatenate([np.repeat(m[:, :, None], len(RATIOS), axis=2), np.ones((n, b, len(RATIOS)))], axis=2)
+        a, mm = self._advance(state, z.shape)
         q = _bank_q(a["r0"])
         ql, qv = _trend_q(a["r0"])  # (N, 1, T) each
         x, p = a["x"], a["p"] + q  # the level-only filters: predict
@@ -291,12 +293,7 @@ class ModelFilter:
                     a[f][..., -1] = np.where(sh, 0.0, a[f][..., -1])
                 run = np.where(shift, 0.0, run)
             a["run"] = run
-            new = z.sum(axis=1, keepdims=True) if self.shared else z
-            new_r = r.sum(axis=1, keepdims=True) if self.shared else r
-        else:
-            new = new_r = np.full(a["hist"].shape[:2], np.nan)
-        a["hist"] = np.concatenate([a["hist"][:, :, 1:], new[:, :, None]], axis=2)
-        a["hist_r"] = np.concatenate([a["hist_r"][:, :, 1:], new_r[:, :, None]], axis=2)
+        self._remember(a, z, r, fresh)
         a["x"], a["p"] = x, p
         a["tx"], a["tv"], a["tpp"], a["tpv"], a["tvv"] = tx, tv, tpp, tpv, tvv
         w = _weights(np.concatenate([a["loglik"], a["tloglik"]], axis=2))

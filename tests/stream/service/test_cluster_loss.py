@@ -70,6 +70,14 @@ def test_no_marker_is_expected_before_the_first_commit():
     assert _loss(ClusterView(frozenset({0, 1}), {0: 10, 1: 7}, True, None), committed_seq=0) is None
 
 
+def _one_release(bootstrap: str, topic: str, svc: InProcessService) -> None:
+    """Five events in timestep 0 and a heartbeat past it: the service releases once and commits a
+    position past 0."""
+    produce(bootstrap, topic, [json.dumps(event(f"p{i}", 0)).encode() for i in range(5)], partitions=1)
+    heartbeat(bootstrap, topic, 1, partitions=1)
+    wait_for(lambda: svc.published() >= 1, what="a release (a committed position past 0)")
+
+
 def _json_log() -> tuple[logging.Handler, io.StringIO]:
     buf = io.StringIO()
     handler = logging.StreamHandler(buf)
@@ -90,10 +98,7 @@ def test_a_broker_that_comes_back_empty_is_noticed(tmp_path, mode):
         settings = settings_from(cfg)
         k = settings.kafka
         with InProcessService(settings) as svc:
-            produce(b.bootstrap, k.input_topic, [json.dumps(event(f"p{i}", 0)).encode() for i in range(5)],
-                    partitions=1)
-            heartbeat(b.bootstrap, k.input_topic, 1, partitions=1)
-            wait_for(lambda: svc.published() >= 1, what="a release before the broker is lost")
+            _one_release(b.bootstrap, k.input_topic, svc)
             released = svc.published()
             port = b.port
             b.stop()
@@ -137,10 +142,7 @@ def test_an_open_upstream_transaction_is_not_a_lost_log(tmp_path, monkeypatch):
         settings = settings_from(service_config(b.bootstrap, tmp_path))
         k = settings.kafka
         with InProcessService(settings) as svc:
-            produce(b.bootstrap, k.input_topic, [json.dumps(event(f"p{i}", 0)).encode() for i in range(5)],
-                    partitions=1)
-            heartbeat(b.bootstrap, k.input_topic, 1, partitions=1)
-            wait_for(lambda: svc.published() >= 1, what="a release (a committed position past 0)")
+            _one_release(b.bootstrap, k.input_topic, svc)
             tx = KafkaProducer(bootstrap_servers=b.bootstrap, transactional_id="upstream")
             tx.init_transactions()
             tx.begin_transaction()
