@@ -14,6 +14,7 @@ from typing import Any
 
 from controller.errors import ConfigurationError
 from controller.pid import PIDController, PIDGains
+from controller.policies.adaptive import AdaptiveSamplePolicy
 from controller.policies.base import DecisionPolicy
 from controller.policies.baselines import FixedPolicy, UniformPolicy
 from controller.policies.grouping import AdaPubPolicy, RescueDPPolicy
@@ -28,10 +29,11 @@ from histogram.mechanism import Mechanism
 
 __all__ = ["METHODS", "W_EVENT_METHODS", "GROUPED_METHODS", "MethodSpec", "build_policy", "build_engine"]
 
-METHODS = ("dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast", "adapub", "rescuedp")
+METHODS = ("dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast", "adapub", "rescuedp",
+           "adaptive-sample")
 
 #: methods defined only under w-event privacy (they refuse a user-level unit)
-W_EVENT_METHODS = frozenset({"bd", "ba", "sample", "pegasus", "fast", "adapub", "rescuedp"})
+W_EVENT_METHODS = frozenset({"bd", "ba", "sample", "pegasus", "fast", "adapub", "rescuedp", "adaptive-sample"})
 
 #: methods that release noisy sums over groups of bins (controller/grouped.py): LPA noise only
 GROUPED_METHODS = frozenset({"adapub", "rescuedp"})
@@ -135,6 +137,8 @@ def build_policy(spec: MethodSpec, bins: int) -> DecisionPolicy:
         return FastPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
     if spec.decision == "adapub":
         return AdaPubPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
+    if spec.decision == "adaptive-sample":
+        return AdaptiveSamplePolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
     if spec.decision == "rescuedp":
         return RescueDPPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
     adaptive = spec.decision == "dsat"

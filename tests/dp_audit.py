@@ -924,6 +924,14 @@ CATALOGUE: dict[str, AuditEntry] = {
         "exact: draws vs charges, window sums, at most M samples per window, locality by coupling; "
         "CP lower bound on one sampled count vs ε/M",
     ),
+    "adaptive-sample": AuditEntry(
+        "decision", "tests.controller.test_adaptive_sample", "VARIANTS",
+        {v: Catch("test_adaptive_sample_audit_catches", {"variant": v}) for v in (
+            "interval chosen from the true counts", "moves without asking the window (lenient ledger)",
+            "charges eps/w, draws noise for eps/c")},
+        "exact: draws vs charges, window sums, charges in {ε/c : c | w}, locality by coupling (later releases, and "
+        "the journaled state after a read-back, unchanged by a neighbour); CP lower bound on one released count",
+    ),
     "adapub": AuditEntry(
         "decision", "tests.controller.test_grouped_audit", "ADAPUB_VARIANTS",
         {v: Catch("test_adapub_audit_catches", {"variant": v}) for v in (

@@ -49,7 +49,7 @@ __all__ = ["ManyRuns", "RUNNER_METHODS", "SHARED_DECISIONS", "USER_LEVEL_METHODS
 
 #: decision methods the runner takes under w-event privacy (each decides over a runs axis)
 RUNNER_METHODS = frozenset({"dsat", "dsft", "uniform", "fixed", "bd", "ba", "sample", "pegasus", "fast",
-                            "adapub", "rescuedp"})
+                            "adapub", "rescuedp", "adaptive-sample"})
 
 
 @dataclass

@@ -90,7 +90,7 @@ MODEL_CHAIN = "model+nonnegative"
 #: The decision methods the planner simulates with the ``model`` filter: the fixed schedules (each
 #: simulated run of the filter costs milliseconds per timestep; the schedules' runs share their
 #: fresh timesteps, so the filter steps them together). Measured best with it: ``docs/results.md``.
-MODEL_BASES = ("uniform", "fixed", "sample")
+MODEL_BASES = ("uniform", "fixed", "sample", "adaptive-sample")
 #: Every filter the planner simulates, and the chain each publishes.
 FILTER_CHAINS = {"kalman": KALMAN_CHAIN, "model": MODEL_CHAIN}
 #: Methods that publish their own filtered values: the configuration refuses a smoother after them.

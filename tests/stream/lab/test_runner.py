@@ -27,7 +27,8 @@ from stream.planning.families import family_series
 from tests.histogram.test_noise_sampler import DRAWS, check_discrete_laplace
 from tests.stream.lab.test_evaluate import _config, _settings, _truth
 
-METHODS = ["uniform", "fixed", "sample", "dsat", "dsft", "bd", "ba", "pegasus", "fast", "adapub", "rescuedp"]
+METHODS = ["uniform", "fixed", "sample", "dsat", "dsft", "bd", "ba", "pegasus", "fast", "adapub", "rescuedp",
+           "adaptive-sample"]
 
 
 def _small(method: str, bins: int = 10, post: str | None = None):
@@ -74,7 +75,7 @@ def test_every_kernel_equals_the_engine_bit_for_bit(method):
     assert _same_as_engine(s, w, 5, 3)
 
 
-@pytest.mark.parametrize("method", ["dsat", "bd", "pegasus", "fast", "adapub", "rescuedp"])
+@pytest.mark.parametrize("method", ["dsat", "bd", "pegasus", "fast", "adapub", "rescuedp", "adaptive-sample"])
 def test_kernels_equal_the_engine_with_post_processing_and_few_bins(method):
     s, w = _small(method, bins=5, post="nonnegative")
     assert _same_as_engine(s, w, 8, 2)
@@ -82,7 +83,8 @@ def test_kernels_equal_the_engine_with_post_processing_and_few_bins(method):
 
 @pytest.mark.parametrize("method,epsilon,w", [("dsat", 0.1, 50), ("dsft", 1.0, 10), ("bd", 0.1, 10),
                                               ("ba", 1.0, 50), ("fast", 0.1, 50), ("pegasus", 1.0, 10),
-                                              ("adapub", 1.0, 10), ("rescuedp", 0.1, 50)])
+                                              ("adapub", 1.0, 10), ("rescuedp", 0.1, 50),
+                                              ("adaptive-sample", 0.1, 50), ("adaptive-sample", 1.0, 10)])
 def test_kernels_equal_the_engine_on_a_benchmark_family_stream(method, epsilon, w):
     """The benchmark's shape: one bin, large counts, the generated config (threshold, PID, C = w)."""
     base = settings_for("sine", epsilon, w, 1000.0)
