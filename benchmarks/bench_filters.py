@@ -51,7 +51,8 @@ PLAIN = ("uniform", "fixed", "sample", "bd", "ba")
 PUBLISHED = ("pegasus", "fast", "adapub", "rescuedp")
 METHODS = (*PLAIN, *PUBLISHED, "dsat", "dsft", "auto",
            "uniform+nonnegative+kalman", "uniform+ewma+nonnegative", "uniform+model+nonnegative",
-           "uniform+model-perbin+nonnegative", "fixed+model+nonnegative", "sample+model+nonnegative")
+           "uniform+model-perbin+nonnegative", "fixed+model+nonnegative", "sample+model+nonnegative",
+           "adaptive-sample", "adaptive-sample+model+nonnegative")
 DELAY_METHODS = ("uniform+model+nonnegative", "fixed+model+nonnegative")
 ZERO = "zero-release"
 

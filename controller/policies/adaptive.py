@@ -44,7 +44,13 @@ import numpy as np
 
 from controller.accountant import Accountant, WindowAccountant
 from controller.errors import ConfigurationError, StateError
-from controller.policies.base import Decision, DecisionContext, RunsContext, RunsDecision, decide_one
+from controller.policies.base import (
+    Decision,
+    DecisionContext,
+    RunsContext,
+    RunsDecision,
+    decide_one,
+)
 from controller.policies.baselines import NO_RUNS
 from controller.step import decode_array, encode_array
 from controller.units import WEvent

@@ -31,10 +31,9 @@ from tests.controller.test_wevent_audit import (
     W,
     _ChargesShareMechanism,
     adversarial_stream,
-    coupled_locality_violations,
     draw_charge_violations,
-    release_loss,
     run_recorded,
+    sampled_locality_and_loss,
     window_violations,
 )
 
@@ -111,7 +110,6 @@ def state_locality_violations(engine: Engine, counts: np.ndarray, changed: list[
 
 
 def violations(engine: Engine, steps, counts: np.ndarray) -> list[str]:  # type: ignore[no-untyped-def]
-    policy = engine.policy
     errors = window_violations(steps, EPS, W)
     errors += draw_charge_violations(steps, 1, lambda s: ["publication"] if s.release.kind == "fresh" else [])
     allowed = {EPS / c for c in divisors(W)}
@@ -119,16 +117,9 @@ def violations(engine: Engine, steps, counts: np.ndarray) -> list[str]:  # type:
         pubs = [e.epsilon for e in s.release.ledger if e.start == s.release.timestep]
         if s.release.kind == "fresh" and (len(pubs) != 1 or pubs[0] not in allowed):
             errors.append(f"t={s.release.timestep}: charged {pubs}, expected one of ε/c for c | w")
-    fresh_at = [s.release.timestep for s in steps if s.release.kind == "fresh"]
-    rng = np.random.default_rng(2)
-    changed = [(int(t), int(rng.integers(BINS)))
-               for t in rng.choice(fresh_at[1:-1], min(12, len(fresh_at) - 2), replace=False)]
-    errors += coupled_locality_violations(engine, counts, changed)
+    changed, more = sampled_locality_and_loss(engine, steps, counts, seed=41)
+    errors += more
     errors += state_locality_violations(engine, counts, [(t + 1, b) for t, b in changed])
-    for loss, charged in release_loss(steps, 1, seed=41):
-        if loss > charged:
-            errors.append(f"release loss lower bound {loss:.3f} > charged {charged}")
-    del policy
     return errors
 
 

@@ -628,15 +628,24 @@ def fast_violations(engine: Engine, steps: list[Step], counts: np.ndarray) -> li
         pubs = [e.epsilon for e in s.release.ledger if e.start == s.release.timestep]
         if s.release.kind == "fresh" and pubs != [EPS / C]:
             errors.append(f"t={s.release.timestep}: sample charged {pubs}, expected [{EPS / C}]")
+    errors += sampled_locality_and_loss(engine, steps, counts, seed=37)[1]
+    del policy
+    return errors
+
+
+def sampled_locality_and_loss(engine: Engine, steps: list[Step], counts: np.ndarray,
+                              seed: int) -> tuple[list[tuple[int, int]], list[str]]:
+    """Coupled locality at up to 12 fresh timesteps (a random bin each; the neighbours returned) and
+    the release loss of each distinct release scale against its charge."""
+    fresh_at = [s.release.timestep for s in steps if s.release.kind == "fresh"]
     rng = np.random.default_rng(2)
     changed = [(int(t), int(rng.integers(BINS))) for t in rng.choice(fresh_at[1:-1], min(12, len(fresh_at) - 2),
                                                                        replace=False)]
-    errors += coupled_locality_violations(engine, counts, changed)
-    for loss, charged in release_loss(steps, 1, seed=37):
+    errors = coupled_locality_violations(engine, counts, changed)
+    for loss, charged in release_loss(steps, 1, seed=seed):
         if loss > charged:
             errors.append(f"release loss lower bound {loss:.3f} > charged {charged}")
-    del policy
-    return errors
+    return changed, errors
 
 
 def test_fast_passes_its_audit():

@@ -71,7 +71,11 @@ def test_the_planner_scores_through_the_one_metrics_module_and_sums_no_error_its
 def test_the_plan_is_what_the_planner_gave_with_its_own_sum() -> None:
     planner._CACHE.clear()
     p = planner.plan(_settings())
-    assert planner.rank(p.mae, zero=p.zero_mae)[1] == PINNED_ORDER
+    order = planner.rank(p.mae, zero=p.zero_mae)[1]
+    # adaptive-sample's four candidates came later (issue 30): the others keep their pinned order
+    assert [n for n in order if not n.startswith("adaptive-sample")] == PINNED_ORDER
+    assert sorted(n for n in order if n.startswith("adaptive-sample")) == [
+        "adaptive-sample", "adaptive-sample+kalman", "adaptive-sample+model", "adaptive-sample+nonnegative"]
     assert p.choice.name == p.lab_choice.name == "uniform+model"
     assert list(p.zero_mae) == PINNED_ZERO
     assert {n: list(p.mae[n]) for n in PINNED_MAE} == PINNED_MAE

@@ -58,7 +58,7 @@ def _run(monkeypatch, state_dir, decision: str, stops: list[int]) -> dict[int, d
     return out
 
 
-@pytest.mark.parametrize("decision", ["pegasus", "sample", "fast"])
+@pytest.mark.parametrize("decision", ["pegasus", "sample", "fast", "adaptive-sample"])
 def test_stop_and_restart_publishes_what_an_uninterrupted_run_does(tmp_path, monkeypatch, decision):
     whole = _run(monkeypatch, tmp_path / "a", decision, [])
     restarted = _run(monkeypatch, tmp_path / "b", decision, [5, 11])
