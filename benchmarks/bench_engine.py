@@ -56,7 +56,7 @@ HERE = Path(__file__).resolve()
 CASES = (
     *(f"user:{m}" for m in ("dsat", "dsft", "uniform", "fixed")),
     *(f"w:{m}" for m in ("dsat", "dsft", "uniform", "fixed", "sample", "bd", "ba", "pegasus", "fast", "adapub",
-                         "rescuedp")),
+                         "rescuedp", "adaptive-sample")),
 )
 #: The default list at 10^6 bins (every method there takes minutes on a shared 2-core machine): the
 #: service's default and one method of each kind (distance test, schedule, budget division, filter).
