@@ -84,7 +84,14 @@ def main(argv: list[str] | None = None) -> int:
                          "(auto, online and every fixed candidate alike)")
     ap.add_argument("--regimes", default=",".join(f"{a}->{b}" for a, b in REGIMES),
                     help="first->second family pairs, comma-separated")
+    ap.add_argument("--also", default="",
+                    help="more methods, each run alone: DECISION or DECISION:CHAIN (release.postprocess; default "
+                         "the planner's chain), comma-separated, e.g. adaptive-sample:model+nonnegative")
+    ap.add_argument("--only-also", action="store_true",
+                    help="measure the --also methods only (not auto, online or the fixed candidates: their rows "
+                         "are those of an earlier run with the same --runs, regimes and seeds)")
     args = ap.parse_args(argv)
+    also = [a.partition(":") for a in args.also.split(",") if a]
     rows = []
     for first, second in (r.split("->") for r in args.regimes.split(",")):
         truth = truth_of(first, second, args.timesteps, args.scale)
@@ -106,6 +113,15 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"regime": f"{first}->{second}", "epsilon": eps, "w": w,
                        "auto": auto.release.decision + ("(noise_floor)" if auto.release.noise_floor else ""),
                        "postprocess": auto.release.postprocess, "planner_postprocess": planner_post}
+                row["mae_also"] = {
+                    f"{d}+{c or auto.release.postprocess}": mae(auto.with_changes(
+                        {"release": {"decision": d, **({"postprocess": c} if c else {})}}), truth, args.runs)[0]
+                    for d, _, c in also}
+                if args.only_also:
+                    row["seconds"] = round(time.time() - t0, 1)
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+                    continue
                 row["mae_auto"], _ = mae(auto, truth, args.runs)
                 row["mae_online"], row["switches"] = mae(online, truth, args.runs)
                 fixed = {}
