@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,7 @@ from controller.policies.base import (
     DecisionContext,
     RunsContext,
     RunsDecision,
+    amounts_for,
     decide_one,
 )
 from controller.policies.baselines import NO_RUNS
@@ -61,6 +62,16 @@ __all__ = ["AdaptiveSamplePolicy", "AdaptiveRuns", "AdaptiveState", "divisors"]
 def divisors(w: int) -> tuple[int, ...]:
     """The divisors of ``w``, ascending: the releases per window the policy can choose among."""
     return tuple(c for c in range(1, w + 1) if w % c == 0)
+
+
+@lru_cache(maxsize=64)
+def _level_variances(mechanism: Any, charges: tuple[Fraction, ...], bins: int) -> np.ndarray:
+    """``2·E|Z|²`` per bin of a release at each charge (the mechanism's public error model), read-only:
+    computed once per mechanism, levels and domain size, not at every read-back."""
+    errs = [mechanism.expected_abs_error(eps, bins) for eps in charges]
+    out = 2.0 * np.square(np.array(errs, dtype=np.float64))
+    out.setflags(write=False)
+    return out
 
 
 @dataclass
@@ -181,8 +192,12 @@ class AdaptiveSamplePolicy:
         """ε of one release at ``levels[level]`` releases per window."""
         return self.unit.epsilon / self.levels[level]
 
-    def charges(self) -> tuple[Fraction, ...]:
+    @cached_property
+    def _charges(self) -> tuple[Fraction, ...]:
         return tuple(self.per_release(i) for i in range(len(self.levels)))
+
+    def charges(self) -> tuple[Fraction, ...]:
+        return self._charges
 
     def new_accountant(self) -> Accountant:
         return WindowAccountant(self.unit.epsilon, self.unit.w)
@@ -195,10 +210,13 @@ class AdaptiveSamplePolicy:
                             np.zeros(runs), np.zeros(runs), np.zeros(runs), ints(0))
 
     def _variances(self, ctx: RunsContext, bins: int) -> np.ndarray:
-        """Noise variance per bin of a release at each level: ``2·E|Z|²`` (public)."""
+        """Noise variance per bin of a release at each level: ``2·E|Z|²`` (public; read-only)."""
         assert ctx.mechanism is not None
-        errs = [ctx.mechanism.expected_abs_error(self.per_release(i), bins) for i in range(len(self.levels))]
-        return 2.0 * np.square(np.array(errs, dtype=np.float64))
+        try:
+            hash(ctx.mechanism)
+        except TypeError:  # a mechanism with unhashable parameters: no memo
+            return _level_variances.__wrapped__(ctx.mechanism, self._charges, bins)
+        return _level_variances(ctx.mechanism, self._charges, bins)
 
     def decide_runs(self, state: AdaptiveRuns, ctx: RunsContext) -> tuple[RunsDecision, AdaptiveRuns]:
         """Read back last timestep's fresh releases, move the level where the estimate says so, then
@@ -212,10 +230,9 @@ class AdaptiveSamplePolicy:
         rows_parts, amount_parts = [], []
         for level in np.unique(state.level[due]).tolist():
             amount = ctx.ledger.amount(self.per_release(level))
-            ok = due & (state.level == level) & ctx.ledger.can_spend(t, amount)
-            rows = np.flatnonzero(ok)
+            rows = np.flatnonzero(due & (state.level == level) & ctx.ledger.can_spend(t, amount))
             rows_parts.append(rows)
-            amount_parts.append(np.full(rows.size, amount, dtype=object if isinstance(amount, Fraction) else np.int64))
+            amount_parts.append(amounts_for(amount, rows))
         rows = np.concatenate(rows_parts)
         order = np.argsort(rows, kind="stable")
         rows, amounts = rows[order], np.concatenate(amount_parts)[order]

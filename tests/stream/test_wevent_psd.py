@@ -40,3 +40,13 @@ def test_fast_with_psd():
     assert len(fresh_at) >= 4
     assert all(sum(s <= t < s + 4 for t in fresh_at) <= 2 for s in range(len(docs)))
     assert all(docs[t]["accuracy"]["half_width"] is None for t in fresh_at)  # filtered: no interval claimed
+
+
+def test_adaptive_sample_with_psd():
+    """Adaptive Sample reads back PSD releases (its noise model is PSD's public error model): the
+    decisions and every field but the noisy counts are the same for neighbours."""
+    a, b = run_pair(_settings("adaptive-sample", "psd", "w-event"))
+    docs = [json.loads(r[3]) for r in a]
+    assert sum(d["kind"] == "fresh" for d in docs) >= 4
+    assert [r[1] for r in a] == [r[1] for r in b]
+    assert psd_width_mismatches([r[3] for r in a if json.loads(r[3])["kind"] == "fresh"]) == []
