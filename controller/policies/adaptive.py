@@ -53,6 +53,7 @@ from controller.policies.base import (
     decide_one,
 )
 from controller.policies.baselines import NO_RUNS
+from controller.policies.wevent import _require_w_event
 from controller.step import decode_array, encode_array
 from controller.units import WEvent
 
@@ -162,8 +163,7 @@ class AdaptiveSamplePolicy:
     name: str = "adaptive-sample"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.unit, WEvent):
-            raise ConfigurationError(f"{self.name} is a w-event mechanism: set privacy.unit: w-event and privacy.w")
+        _require_w_event(self.unit, self.name)
         if not (isinstance(self.memory, int | float) and math.isfinite(self.memory) and self.memory > 0):
             raise ConfigurationError(f"{self.name} memory must be a positive number of timesteps, got {self.memory!r}")
         if not isinstance(self.min_pairs, int) or self.min_pairs < 1:

@@ -51,6 +51,7 @@ from controller.policies.base import (
     fresh,
 )
 from controller.policies.per_run import PerRunLoop
+from controller.policies.wevent import _require_w_event
 from controller.step import decode_array, encode_array
 from controller.units import WEvent
 from histogram.mechanism import NoisyHistogram
@@ -94,11 +95,6 @@ def _median_rows(members: np.ndarray) -> np.ndarray:
     high = n // 2
     low = np.where(n % 2 == 1, high, high - 1)
     return (ordered[rows, low] + ordered[rows, high]) / 2.0
-
-
-def _require_w_event(unit: object, name: str) -> None:
-    if not isinstance(unit, WEvent):
-        raise ConfigurationError(f"{name} is a w-event mechanism: set privacy.unit: w-event and privacy.w")
 
 
 def _positive(name: str, value: object, *, allow_zero: bool = False) -> None:
