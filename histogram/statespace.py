@@ -27,9 +27,12 @@ The model, per bin ``j`` and timestep ``t``::
   (``R₀``: the first fresh release's mean noise variance) runs side by side, and the published
   level is their average weighted by each one's likelihood of the releases, discounted by
   :data:`FORGET` per fresh release (so a regime change shifts the weight within a few releases).
-* Level shifts: when the standardized innovation of the weighted prediction exceeds
-  :data:`CHANGE_Z` with the same sign on :data:`CHANGE_RUN` fresh releases in a row, the bin's
-  level restarts from the last release (variance ``R``) and the bank's weights reset. So a
+* Level shifts: when a fresh release lies more than :data:`CHANGE_Z` predictive sds from the
+  weighted prediction, and the next :data:`CHANGE_RUN` − 1 fresh releases lie that far on the same
+  side of the level predicted *before* the first of them (:func:`_change_run`: the bank's fast
+  filters have followed the first release by then, so the current prediction would not flag
+  them), the bin's level restarts from the last release (variance ``R``) and the bank's weights
+  reset. So a
   jump of more than about ``CHANGE_Z`` noise sds is followed within ``CHANGE_RUN`` fresh
   releases (``tests/histogram/test_statespace.py`` measures it).
 * ``delay`` (``release.delay: k``): a fixed-lag smoother: the value published for ``t`` is the
@@ -55,7 +58,7 @@ import numpy as np
 __all__ = ["ModelFilter", "ModelState", "RATIOS", "SLOPE_RATIOS", "HISTORY", "PERIOD_MAX"]
 
 #: Candidate process-to-noise variance ratios ``Q / R₀`` of the filter bank.
-RATIOS: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+RATIOS: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
 #: Discount of each filter's log-likelihood per fresh release.
 FORGET = 0.95
 #: Standardized innovation beyond which a release counts towards a level shift.
@@ -77,7 +80,8 @@ SLOPE_RATIOS: tuple[float, ...] = (1e-7,)
 #: The trend filters' prior slope variance at the first release (and after a level shift), ``· R``.
 SLOPE_PRIOR = 1e-2
 
-_FIELDS = ("t", "r0", "period", "x", "p", "loglik", "run", "hist", "hist_r", "lag_x", "lag_p", "lag_m")
+_FIELDS = ("t", "r0", "period", "x", "p", "loglik", "run", "ref", "ref_v", "hist", "hist_r", "lag_x", "lag_p",
+           "lag_m")
 #: The trend filters' arrays (step ``model-trend`` only): level, slope, their covariance
 #: (``pp``, ``pv``, ``vv``), log-likelihood, and the fixed-lag buffers of each.
 _TREND_FIELDS = ("tx", "tv", "tpp", "tpv", "tvv", "tloglik", "tlag_x", "tlag_v", "tlag_pp", "tlag_pv", "tlag_vv")
@@ -93,7 +97,8 @@ class ModelState:
     ``t`` (N,) timesteps since the first fresh release; ``r0`` (N,) its mean noise variance;
     ``period`` (N,) the chosen period (0: none); ``x``, ``p``, ``loglik`` (N, B, M) each
     filter's level, its variance and its discounted log-likelihood; ``run`` (N, B) the signed
-    count of large innovations in a row; ``hist``, ``hist_r`` (N, S, H) the released series and
+    count of large innovations in a row, ``ref``, ``ref_v`` (N, B) the deseasonalised level
+    predicted before the run's first one and its variance; ``hist``, ``hist_r`` (N, S, H) the released series and
     its noise variance (NaN where not fresh); ``lag_x``, ``lag_p``, ``lag_m`` (N, B, M, K+1)
     the last ``K + 1`` filtered levels, variances and multipliers (fixed-lag smoothing). With
     ``trend``, ``T = len(RATIOS) · len(SLOPE_RATIOS)`` trend filters more: ``tx``, ``tv``, ``tpp``,
@@ -146,6 +151,7 @@ class ModelFilter:
         arrays = {
             "t": np.zeros(n), "r0": r.mean(axis=1), "period": np.zeros(n),
             "x": x, "p": p, "loglik": np.zeros((n, b, m)), "run": np.zeros((n, b)),
+            "ref": np.zeros((n, b)), "ref_v": np.zeros((n, b)),
             "hist": hist, "hist_r": hist_r,
             "lag_x": np.repeat(x[..., None], k + 1, axis=3), "lag_p": np.repeat(p[..., None], k + 1, axis=3),
             "lag_m": np.ones((n, b, m, k + 1)),
@@ -174,9 +180,7 @@ class ModelFilter:
             nu = z[:, :, None] - mm * x
             mean_pred = (w * mm * x).sum(axis=2)
             var_pred = (w * (s + (mm * x - mean_pred[:, :, None]) ** 2)).sum(axis=2)
-            score = (z - mean_pred) / np.sqrt(np.maximum(var_pred, 1e-12))
-            big = np.where(np.abs(score) > CHANGE_Z, np.sign(score), 0.0)
-            run = np.where((big != 0) & (np.sign(a["run"]) == big), a["run"] + big, big)
+            run = _change_run(a, z, r, mean_pred, var_pred, (w * mm).sum(axis=2))
             a["loglik"] = FORGET * a["loglik"] - 0.5 * (np.log(s) + nu * nu / s)
             gain = p * mm / s
             x = x + gain * nu
@@ -266,9 +270,7 @@ class ModelFilter:
             mean_pred = (wl * mm * x).sum(axis=2) + (wt * tx).sum(axis=2)
             var_pred = ((wl * (s + (mm * x - mean_pred[:, :, None]) ** 2)).sum(axis=2)
                         + (wt * (ts + (tx - mean_pred[:, :, None]) ** 2)).sum(axis=2))
-            score = (z - mean_pred) / np.sqrt(np.maximum(var_pred, 1e-12))
-            big = np.where(np.abs(score) > CHANGE_Z, np.sign(score), 0.0)
-            run = np.where((big != 0) & (np.sign(a["run"]) == big), a["run"] + big, big)
+            run = _change_run(a, z, r, mean_pred, var_pred, (wl * mm).sum(axis=2) + wt.sum(axis=2))
             a["loglik"] = FORGET * a["loglik"] - 0.5 * (np.log(s) + nu * nu / s)
             a["tloglik"] = FORGET * a["tloglik"] - 0.5 * (np.log(ts) + tnu * tnu / ts)
             gain = p * mm / s
@@ -333,6 +335,29 @@ class ModelFilter:
             xs, vs = x + j11 * dx + j12 * dv, v + j21 * dx + j22 * dv
             out[..., i] = (wt * xs).sum(axis=2)
         return level + out
+
+
+def _change_run(a: dict[str, np.ndarray], z: np.ndarray, r: np.ndarray, mean_pred: np.ndarray,
+                var_pred: np.ndarray, season: np.ndarray) -> np.ndarray:
+    """The signed count of fresh releases in a row that lie beyond :data:`CHANGE_Z` predictive sds
+    of the level *before* the first of them (N, B); updates ``a["ref"]``/``a["ref_v"]`` in place.
+
+    The first such release starts a run and stores the bank's prediction then (deseasonalised by
+    the bank's weighted multiplier ``season``, so the next release is compared with it at its own
+    phase) and the prediction's variance less that release's noise. Each later release continues the
+    run when it is beyond :data:`CHANGE_Z` sds of that stored level (same side), whatever the bank
+    has learnt from the run's first release: the bank's fast filters follow a jump at once, so a
+    test against the current prediction would not see the second release as a change."""
+    run = a["run"]
+    safe = np.where(np.abs(season) > 1e-9, season, 1.0)
+    ref_score = (z - a["ref"] * safe) / np.sqrt(np.maximum(a["ref_v"] * safe * safe + r, 1e-12))
+    score = (z - mean_pred) / np.sqrt(np.maximum(var_pred, 1e-12))
+    cont = (run != 0) & (np.abs(ref_score) > CHANGE_Z) & (np.sign(ref_score) == np.sign(run))
+    new = np.where(np.abs(score) > CHANGE_Z, np.sign(score), 0.0)
+    start = ~cont & (new != 0)
+    a["ref"] = np.where(start, mean_pred / safe, a["ref"])
+    a["ref_v"] = np.where(start, np.maximum(var_pred - r, 0.0) / (safe * safe), a["ref_v"])
+    return np.where(cont, run + np.sign(run), new)
 
 
 def _smoothed(lag_x: np.ndarray, lag_p: np.ndarray, lag_m: np.ndarray, q: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -504,6 +529,13 @@ def state_from_arrays(arrays: Mapping[str, np.ndarray]) -> ModelState:
     fields = _FIELDS + _TREND_FIELDS if "tx" in arrays else _FIELDS
     if set(arrays) != set(fields):
         raise ValueError(f"model filter state needs the arrays {', '.join(fields)}")
+    bank = {"x": 2 * len(RATIOS), "tx": len(RATIOS) * len(SLOPE_RATIOS)}
+    for k, size in bank.items():
+        if k in arrays and (np.ndim(arrays[k]) != 3 or np.shape(arrays[k])[2] != size):
+            raise ValueError(f"model filter state holds a bank of {np.shape(arrays[k])[2:]} filters ({k!r}) but "
+                             f"this dpstream's bank has {size}: it was written by another version of the filter. "
+                             "Continue the stream with the version that wrote it, or start it afresh under a new "
+                             "stream.id")
     rows = {np.shape(arrays[k])[0] for k in fields}
     if len(rows) != 1 or not all(math.isfinite(float(np.nansum(arrays[k]))) or k in ("loglik", "tloglik")
                                  for k in fields):

@@ -181,7 +181,7 @@ def _smoothed_outputs(steps: str, truth: np.ndarray, shift: np.ndarray, leak: bo
         release, state = engine.step(state, truth[t], Coupled(rnd.drawer("audit-filters", t, "release"), shift[t]))
         if release.source_timestep is None:
             continue
-        counts = np.asarray(release.counts, dtype=np.float64) + (0.5 * truth[t] if leak else 0.0)
+        counts = np.asarray(release.counts, dtype=np.float64) + (truth[t] if leak else 0.0)
         out, post_state = post.apply(post_state, counts, release.half_width, release.confidence,
                                      release.kind == "fresh")
         outs.append(np.asarray(out.counts, dtype=np.float64).tobytes())

@@ -52,6 +52,36 @@ def test_a_level_shift_is_followed_within_a_few_releases_and_the_flat_parts_are_
     assert err[305] < raw and err[310:].max() < 2 * raw
 
 
+def test_a_jump_far_beyond_the_noise_restarts_the_bank_although_the_fast_filters_follow_it():
+    """The bank's fastest filters (Q = 1000 R₀) follow a jump at its first release, so the second
+    release is no surprise to the bank's new prediction; it is to the level predicted before the
+    jump, and that is what the change detector compares it with: the bank restarts (every weight
+    reset) at the second release after the jump, and on a flat stream it never does."""
+    from histogram.statespace import CHANGE_RUN, ModelFilter
+
+    rng = np.random.default_rng(4)
+    f = ModelFilter()
+    truth = np.where(np.arange(80) < 40, 10.0, 400.0)
+    r = np.full((1, 2), 2.0)
+    _, state = f.start(truth[:1, None] + rng.laplace(0, 1, (1, 2)), r)
+    restarts = []
+    for t in range(1, 80):
+        _, state = f.step(state, truth[t] + rng.laplace(0, 1, (1, 2)), r, True)
+        if (state["loglik"] == 0.0).all(axis=2).any():
+            restarts.append(t)
+    assert restarts == [40 + CHANGE_RUN - 1]
+
+
+def test_a_state_from_another_filter_bank_is_refused_with_what_to_do():
+    from histogram.statespace import ModelFilter, state_arrays, state_from_arrays
+
+    _, state = ModelFilter().start(np.ones((1, 2)), np.ones((1, 2)))
+    arrays = dict(state_arrays(state))
+    arrays["x"] = arrays["x"][..., :-2]  # a version whose bank had two filters fewer
+    with pytest.raises(ValueError, match="another version of the filter.*new stream.id"):
+        state_from_arrays(arrays)
+
+
 def test_a_season_shared_by_bins_is_learnt_and_helps_the_quiet_bin():
     t = np.arange(900)
     shape = 1.0 + 0.8 * np.sin(2 * np.pi * t / 24)

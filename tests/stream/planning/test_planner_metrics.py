@@ -25,15 +25,17 @@ ROOT = Path(__file__).resolve().parents[3]
 
 #: ``plan(_settings())`` (w-event ε = 1, w = 5, 4 bins, population 200, 30 timesteps, 1 run) as the
 #: planner with its own MAE sum computed it: the ranking of all 40 candidates, the zero release's
-#: error on each scenario and the per-scenario MAE of one candidate of each scoring path.
-PINNED_ORDER = [
-    "uniform+model", "uniform+kalman", "fixed+kalman", "fixed+model", "fixed+nonnegative", "fixed", "dsft+kalman",
-    "dsat+kalman", "adapub+nonnegative", "uniform+nonnegative", "ba+kalman", "ba+nonnegative", "pegasus+nonnegative",
-    "dsat+nonnegative", "dsft+nonnegative", "bd+kalman", "uniform", "ba", "pegasus", "adapub", "sample+nonnegative",
-    "sample+kalman", "dsat(noise_floor)+kalman", "dsft(noise_floor)+kalman", "sample", "fast+nonnegative", "fast",
-    "dsat(noise_floor)+nonnegative", "dsft(noise_floor)+nonnegative", "dsat(noise_floor)", "sample+model", "dsat",
-    "dsft", "bd+nonnegative", "bd", "dsft(noise_floor)", "rescuedp+nonnegative", "rescuedp", "adapub+kalman",
-    "rescuedp+kalman"]
+#: error on each scenario and the per-scenario MAE of one candidate of each scoring path. The
+#: ``model`` filter's figures (and so the order and the scores, ratios to each scenario's best) were
+#: re-pinned when its bank gained the fast filters and the change detector its pre-run reference
+#: (issue 30); every other candidate's MAE is the pre-move figure.
+PINNED_ORDER = ["uniform+model", "uniform+kalman", "fixed+model", "fixed+kalman", "fixed+nonnegative", "fixed",
+    "dsft+kalman", "dsat+kalman", "adapub+nonnegative", "ba+kalman", "uniform+nonnegative", "ba+nonnegative",
+    "pegasus+nonnegative", "bd+kalman", "dsat+nonnegative", "dsft+nonnegative", "uniform", "ba", "pegasus",
+    "adapub", "sample+nonnegative", "sample+kalman", "dsat(noise_floor)+kalman", "dsft(noise_floor)+kalman",
+    "sample", "dsat(noise_floor)+nonnegative", "fast+nonnegative", "fast", "sample+model", "dsat(noise_floor)",
+    "dsft(noise_floor)+nonnegative", "dsat", "dsft", "bd+nonnegative", "bd", "dsft(noise_floor)",
+    "rescuedp+nonnegative", "rescuedp", "adapub+kalman", "rescuedp+kalman"]
 PINNED_ZERO = [12.433333333333334, 19.941666666666666, 17.675, 25.166666666666668, 30.041666666666668, 13.75]
 PINNED_MAE = {
     "dsat": [5.191666666666666, 5.683333333333334, 7.075, 7.316666666666666, 5.525, 5.891666666666667],
@@ -41,13 +43,13 @@ PINNED_MAE = {
                          4.891666666666667],
     "dsat+kalman": [3.825815057497599, 4.49740523372919, 7.203362721316167, 6.84304037209572, 5.110736563391849,
                     4.52451137898546],
-    "uniform+model": [3.288355368745509, 4.617334841360738, 4.426852248109824, 4.268082887205517,
-                      4.211490495596275, 2.8261494637721762],
+    "uniform+model": [3.2898712859522234, 4.60603902291874, 4.473380470907753,
+                      4.27486247226804, 4.207777085902672, 2.8235729815860506],
     "fixed": [4.15, 3.908333333333333, 7.175, 4.666666666666667, 4.325, 4.1],
     "pegasus+nonnegative": [4.775, 6.808333333333334, 7.008333333333334, 6.133333333333334, 4.158333333333333,
                             3.533333333333333],
 }
-PINNED_SCORES = {"uniform+model": 1.094884059666465, "fixed+kalman": 1.22790191374435, "dsat": 1.7109342706534574}
+PINNED_SCORES = {"uniform+model": 1.0943994236534553, "fixed+kalman": 1.2256698813713323, "dsat": 1.7078242008364322}
 
 
 def test_the_planner_scores_through_the_one_metrics_module_and_sums_no_error_itself() -> None:
