@@ -14,8 +14,9 @@ data arrives, from what the configuration declares:
 It runs every candidate — each decision method this configuration can run
 (:data:`controller.method.METHODS`, through :func:`runnable_methods`), DSFT and
 DSAT both with the configured threshold and with ``release.noise_floor: true``, each as published,
-``nonnegative``, ``kalman``-smoothed and (the schedules uniform, fixed, Sample) with the structural
-``model`` filter — through the engine on **synthetic public
+``nonnegative``, ``kalman``-smoothed and (the schedules uniform, fixed, Sample, Adaptive Sample)
+with the structural ``model`` filter and with its trend-following ``model-trend`` — through the
+engine on **synthetic public
 streams**: the six families of :mod:`stream.planning.families` (the w-event benchmark's shapes),
 totals scaled to the declared population and spread over the ``U`` bins by a fixed Dirichlet
 share (:func:`scenario`), ``runs`` seeded runs each. Every candidate's mean absolute error per
@@ -84,16 +85,19 @@ KALMAN_CHAIN = "nonnegative+kalman"
 #: The structural state-space filter (``m+model``: ``release.postprocess: model+nonnegative``,
 #: :mod:`histogram.statespace`): it needs no declared population (its process variance is learnt
 #: from the releases), so the service publishes it for every method but fast/pegasus.
-MODEL_POST = ("model",)
+MODEL_POST = ("model", "model-trend")
 #: The chain a ``+model`` candidate publishes.
 MODEL_CHAIN = "model+nonnegative"
+#: The chain a ``+model-trend`` candidate publishes (``model`` whose bank also follows a trend
+#: between sparse releases).
+MODEL_TREND_CHAIN = "model-trend+nonnegative"
 #: The decision methods the planner simulates with the ``model`` filter: the fixed schedules (each
 #: simulated run of the filter costs milliseconds per timestep; the schedules' runs share their
 #: fresh timesteps, so the filter steps them together) and Adaptive Sample, the schedule that learns
 #: its interval (its runs are filtered one at a time). Measured best with it: ``docs/results.md``.
 MODEL_BASES = ("uniform", "fixed", "sample", "adaptive-sample")
 #: Every filter the planner simulates, and the chain each publishes.
-FILTER_CHAINS = {"kalman": KALMAN_CHAIN, "model": MODEL_CHAIN}
+FILTER_CHAINS = {"kalman": KALMAN_CHAIN, "model": MODEL_CHAIN, "model-trend": MODEL_TREND_CHAIN}
 #: Methods that publish their own filtered values: the configuration refuses a smoother after them.
 _SELF_SMOOTHING = ("fast", "pegasus")
 #: Planning horizon: at most this many timesteps per scenario (and at most N, user-level).
@@ -117,8 +121,9 @@ class Candidate:
 
     Attributes:
         decision: a decision method of :data:`controller.method.METHODS`.
-        post: ``none`` | ``nonnegative`` | ``kalman`` | ``model`` (``release.postprocess``;
-            ``kalman`` is the chain ``nonnegative+kalman``, ``model`` the chain ``model+nonnegative``).
+        post: ``none`` | ``nonnegative`` | ``kalman`` | ``model`` | ``model-trend``
+            (``release.postprocess``; ``kalman`` is the chain ``nonnegative+kalman``, ``model`` the chain
+            ``model+nonnegative``, ``model-trend`` the chain ``model-trend+nonnegative``).
         noise_floor: DSFT/DSAT's ``release.noise_floor`` (None: as configured; other methods).
     """
 
@@ -378,7 +383,7 @@ def simulate(settings: Any, streams: list[np.ndarray], runs: int, seed: int
              ) -> tuple[dict[str, list[float]], dict[str, Candidate]]:
     """Every candidate's mean absolute error per bin on each stream (mean over ``runs`` seeded runs;
     run ``r`` on stream ``i`` draws from seed ``seed + 100·i + r``), and the candidates by name.
-    The ``model`` filter is simulated over the schedules of :data:`MODEL_BASES` only."""
+    The ``model`` and ``model-trend`` filters are simulated over the schedules of :data:`MODEL_BASES` only."""
 
     posts = (*SERVICE_POST, *FILTER_CHAINS)
     mae: dict[str, list[float]] = {}
@@ -392,11 +397,11 @@ def simulate(settings: Any, streams: list[np.ndarray], runs: int, seed: int
         done = [[_simulate(s, truth, seed + 100 * i + r, mine) for r in range(runs)]
                 for i, truth in enumerate(streams)]
         per_stream = [{p: float(np.mean([e[p] for e, _ in d])) for p in mine if p not in MODEL_POST} for d in done]
-        if "model" in mine:  # every stream's runs through the filter at once
-            errs = _chain_errors(s, MODEL_CHAIN, [t for t in streams for _ in range(runs)],
+        for post in (p for p in MODEL_POST if p in mine):  # every stream's runs through the filter at once
+            errs = _chain_errors(s, FILTER_CHAINS[post], [t for t in streams for _ in range(runs)],
                                  [tr for d in done for _, tr in d])
             for i, row in enumerate(per_stream):
-                row["model"] = float(np.mean(errs[i * runs:(i + 1) * runs]))
+                row[post] = float(np.mean(errs[i * runs:(i + 1) * runs]))
         for p in mine:
             c = Candidate(bc.decision, p, bc.noise_floor)
             cands[c.name] = c
