@@ -32,9 +32,8 @@ The model, per bin ``j`` and timestep ``t``::
   side of the level predicted *before* the first of them (:func:`_change_run`: the bank's fast
   filters have followed the first release by then, so the current prediction would not flag
   them), the bin's level restarts from the last release (variance ``R``) and the bank's weights
-  reset. So a
-  jump of more than about ``CHANGE_Z`` noise sds is followed within ``CHANGE_RUN`` fresh
-  releases (``tests/histogram/test_statespace.py`` measures it).
+  reset. So a jump of more than about ``CHANGE_Z`` noise sds is followed within ``CHANGE_RUN``
+  fresh releases (``tests/histogram/test_statespace.py`` measures it).
 * ``delay`` (``release.delay: k``): a fixed-lag smoother: the value published for ``t`` is the
   Rauch–Tung–Striebel smoothed level using the releases up to ``t + k``.
 * ``trend`` (step ``model-trend``): the bank also holds local-linear-trend filters (level and
@@ -98,8 +97,8 @@ class ModelState:
     ``period`` (N,) the chosen period (0: none); ``x``, ``p``, ``loglik`` (N, B, M) each
     filter's level, its variance and its discounted log-likelihood; ``run`` (N, B) the signed
     count of large innovations in a row, ``ref``, ``ref_v`` (N, B) the deseasonalised level
-    predicted before the run's first one and its variance; ``hist``, ``hist_r`` (N, S, H) the released series and
-    its noise variance (NaN where not fresh); ``lag_x``, ``lag_p``, ``lag_m`` (N, B, M, K+1)
+    predicted before the run's first one and its variance; ``hist``, ``hist_r`` (N, S, H) the
+    released series and its noise variance (NaN where not fresh); ``lag_x``, ``lag_p``, ``lag_m`` (N, B, M, K+1)
     the last ``K + 1`` filtered levels, variances and multipliers (fixed-lag smoothing). With
     ``trend``, ``T = len(RATIOS) · len(SLOPE_RATIOS)`` trend filters more: ``tx``, ``tv``, ``tpp``,
     ``tpv``, ``tvv``, ``tloglik`` (N, B, T) and their buffers ``tlag_*`` (N, B, T, K+1).
@@ -527,15 +526,16 @@ def state_from_arrays(arrays: Mapping[str, np.ndarray]) -> ModelState:
         ValueError: a missing or extra array, or rows that do not agree.
     """
     fields = _FIELDS + _TREND_FIELDS if "tx" in arrays else _FIELDS
+    other_version = ("it was written by another version of the filter: continue the stream with the version "
+                     "that wrote it, or start it afresh under a new stream.id")
     if set(arrays) != set(fields):
-        raise ValueError(f"model filter state needs the arrays {', '.join(fields)}")
+        raise ValueError(f"model filter state needs the arrays {', '.join(fields)}; {other_version}")
     bank = {"x": 2 * len(RATIOS), "tx": len(RATIOS) * len(SLOPE_RATIOS)}
-    for k, size in bank.items():
-        if k in arrays and (np.ndim(arrays[k]) != 3 or np.shape(arrays[k])[2] != size):
-            raise ValueError(f"model filter state holds a bank of {np.shape(arrays[k])[2:]} filters ({k!r}) but "
-                             f"this dpstream's bank has {size}: it was written by another version of the filter. "
-                             "Continue the stream with the version that wrote it, or start it afresh under a new "
-                             "stream.id")
+    for k, size in ((k, v) for k, v in bank.items() if k in arrays):
+        held = np.shape(arrays[k])[2] if np.ndim(arrays[k]) == 3 else None
+        if held != size:
+            raise ValueError(f"model filter state holds {held} filters in {k!r}, this dpstream's bank has {size}; "
+                             f"{other_version}")
     rows = {np.shape(arrays[k])[0] for k in fields}
     if len(rows) != 1 or not all(math.isfinite(float(np.nansum(arrays[k]))) or k in ("loglik", "tloglik")
                                  for k in fields):

@@ -78,8 +78,12 @@ def test_a_state_from_another_filter_bank_is_refused_with_what_to_do():
     _, state = ModelFilter().start(np.ones((1, 2)), np.ones((1, 2)))
     arrays = dict(state_arrays(state))
     arrays["x"] = arrays["x"][..., :-2]  # a version whose bank had two filters fewer
-    with pytest.raises(ValueError, match="another version of the filter.*new stream.id"):
+    with pytest.raises(ValueError, match="holds 16 filters.*another version of the filter.*new stream.id"):
         state_from_arrays(arrays)
+    older = dict(state_arrays(state))
+    del older["ref"], older["ref_v"]  # a version before the change detector's reference
+    with pytest.raises(ValueError, match="needs the arrays.*another version of the filter"):
+        state_from_arrays(older)
 
 
 def test_a_season_shared_by_bins_is_learnt_and_helps_the_quiet_bin():
