@@ -91,10 +91,11 @@ MODEL_CHAIN = "model+nonnegative"
 #: The chain a ``+model-trend`` candidate publishes (``model`` whose bank also follows a trend
 #: between sparse releases).
 MODEL_TREND_CHAIN = "model-trend+nonnegative"
-#: The decision methods the planner simulates with the ``model`` filter: the fixed schedules (each
-#: simulated run of the filter costs milliseconds per timestep; the schedules' runs share their
-#: fresh timesteps, so the filter steps them together) and Adaptive Sample, the schedule that learns
-#: its interval (its runs are filtered one at a time). Measured best with it: ``docs/results.md``.
+#: The decision methods the planner simulates with the ``model`` and ``model-trend`` filters: the
+#: fixed schedules (each simulated run of the filter costs milliseconds per timestep; the schedules'
+#: runs share their fresh timesteps, so the filter steps them together) and Adaptive Sample, the
+#: schedule that learns its interval (its runs are filtered one at a time). Measured best with them:
+#: ``docs/results.md``.
 MODEL_BASES = ("uniform", "fixed", "sample", "adaptive-sample")
 #: Every filter the planner simulates, and the chain each publishes.
 FILTER_CHAINS = {"kalman": KALMAN_CHAIN, "model": MODEL_CHAIN, "model-trend": MODEL_TREND_CHAIN}
