@@ -8,22 +8,28 @@ releases (Sample, ``c = 1``), a fast one many, noisy ones (Uniform, ``c = w``). 
 the configuration alone is good on both (``docs/results.md``, the planner's table).
 
 This policy learns the choice from what it has already published, which is post-processing
-(``docs/privacy.md`` §4.8). After each fresh release ``y`` at timestep ``t`` (noise variance
-``r`` per bin, public: ``2·E|Z|²`` of the mechanism at its ε), with the previous fresh release
-``y'`` at ``t'`` (variance ``r'``), the squared change per bin
+(``docs/privacy.md`` §4.8), and chooses for the error users read: the mean absolute error per bin.
+After each fresh release ``y`` at timestep ``t`` (noise ``E|Z| = e`` per bin, public: the
+mechanism's error model at its ε), with the previous fresh release ``y'`` at ``t'`` (``e'``), it
+records the mean absolute change per bin ``a = Σ|y − y'| / U``, the lag ``t − t'`` and the noise's
+share of the change, ``m = E|Z − Z'| = (e² + e·e' + e'²)/(e + e')`` (exact for Laplace noise). For a
+random walk of variance ``q`` per timestep the change is about Gaussian with ``E|y − y'|² ≈ m² +
+(2/π)·q·(t − t')``, so the forgotten means ``ā``, ``m̄``, ``L̄`` over past pairs (each forgotten at
+``exp(−1/memory)`` per timestep) give ``q̂ = max(0, (ā² − m̄²) / ((2/π)·L̄))``. Republishing a release
+``j`` timesteps old errs by its noise and ``j`` timesteps of drift, so the expected absolute error
+per bin of interval ``k`` is
 
-    E[Σ(y − y')² / U] = q·(t − t') + r + r'       (a random walk of variance q per timestep)
-
-gives a moment estimate of the stream's drift ``q``: the excess ``Σ(y − y')²/U − r − r'`` and the
-lag ``t − t'`` are summed over past pairs (each forgotten at ``exp(−1/memory)`` per timestep) and
-``q̂ = max(0, excess / lag)``. Republishing a release ``j`` timesteps old errs by the release noise
-and ``j`` timesteps of drift, so the expected squared error per bin of interval ``k`` is
-
-    r(c) + q̂·(k − 1)/2,
+    mean over j < k of sqrt(e(c)² + (2/π)·q̂·j),
 
 and the policy moves to the ``c`` that minimises it once ``min_pairs`` pairs are in, when that is
 at least ``hysteresis`` (relative) better than its current choice. It starts at the largest divisor
 of ``w`` not above ``privacy.cutoff``.
+
+Why absolute changes (``docs/results.md``, "Adaptive Sample reads jumps for what they cost"): a
+stream with rare level shifts (``sudden``) changes by nothing most of the time and by a lot at a
+jump. A squared-change estimate weighs a jump by its square and reads the stream as a fast random
+walk, so it released five times as often as its absolute error needed; the absolute-change estimate
+weighs a jump by its size, as the error does, and agrees with the squared one on a random walk.
 
 Budget: every release asks the window ledger for ``ε / c`` before any noise is drawn and waits
 (republishes) while the window cannot take it, so any window of ``w`` spends at most ε however the
@@ -57,7 +63,7 @@ from controller.policies.wevent import _require_w_event
 from controller.step import decode_array, encode_array
 from controller.units import WEvent
 
-__all__ = ["AdaptiveSamplePolicy", "AdaptiveRuns", "AdaptiveState", "divisors"]
+__all__ = ["AdaptiveSamplePolicy", "AdaptiveRuns", "AdaptiveState", "divisors", "predicted_errors"]
 
 
 def divisors(w: int) -> tuple[int, ...]:
@@ -65,13 +71,33 @@ def divisors(w: int) -> tuple[int, ...]:
     return tuple(c for c in range(1, w + 1) if w % c == 0)
 
 
+#: ``E|G| / sd(G)`` for a Gaussian ``G``: ``E|G|² = (2/π)·Var G``
+_TWO_OVER_PI = 2.0 / math.pi
+
+
 @lru_cache(maxsize=64)
-def _level_variances(mechanism: Any, charges: tuple[Fraction, ...], bins: int) -> np.ndarray:
-    """``2·E|Z|²`` per bin of a release at each charge (the mechanism's public error model), read-only:
+def _level_errors(mechanism: Any, charges: tuple[Fraction, ...], bins: int) -> np.ndarray:
+    """``E|Z|`` per bin of a release at each charge (the mechanism's public error model), read-only:
     computed once per mechanism, levels and domain size, not at every read-back."""
-    errs = [mechanism.expected_abs_error(eps, bins) for eps in charges]
-    out = 2.0 * np.square(np.array(errs, dtype=np.float64))
+    out = np.array([mechanism.expected_abs_error(eps, bins) for eps in charges], dtype=np.float64)
     out.setflags(write=False)
+    return out
+
+
+def _noise_change(e: np.ndarray, e_prev: np.ndarray) -> np.ndarray:
+    """``E|Z − Z'|`` per bin of two independent releases with ``E|Z| = e``, ``E|Z'| = e_prev``: exact for
+    Laplace noise (scales ``e``, ``e_prev``), ``1.5·e`` at equal scales; 0 where both are 0."""
+    total = e + e_prev
+    return np.where(total > 0, (e * e + e * e_prev + e_prev * e_prev) / np.where(total > 0, total, 1.0), 0.0)
+
+
+def predicted_errors(errors: np.ndarray, intervals: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``(len(q), levels)`` expected absolute error per bin of each level for drifts ``q`` (per timestep):
+    the mean over ``j < k`` of ``sqrt(e(c)² + (2/π)·q·j)``, with ``e(c) = errors`` and ``k = intervals``."""
+    out = np.empty((q.size, errors.size))
+    j = np.arange(int(intervals.max()), dtype=np.float64)
+    for i, k in enumerate(intervals.tolist()):
+        out[:, i] = np.sqrt(errors[i] ** 2 + _TWO_OVER_PI * q[:, None] * j[None, :k]).mean(axis=1)
     return out
 
 
@@ -87,9 +113,11 @@ class AdaptiveRuns:
         pending_level: ``(R,)`` the level that release was charged at.
         prev: ``(R, U)`` float64 the last fresh release read back (None before U is known).
         prev_time: ``(R,)`` its timestep (-1: none yet).
-        prev_var: ``(R,)`` its noise variance per bin.
-        excess, lag: ``(R,)`` the forgotten sums of ``Σ(y − y')²/U − r − r'`` and of ``t − t'``.
+        prev_error: ``(R,)`` its noise ``E|Z|`` per bin.
+        spread, noise_spread, lag, weight: ``(R,)`` the forgotten sums over pairs of ``Σ|y − y'|/U``,
+            of ``E|Z − Z'|``, of ``t − t'`` and of the pairs' weights (their count, forgotten).
         pairs: ``(R,)`` how many pairs of fresh releases went into them.
+        settled: ``(R,)`` how many of them were read since the level last moved.
     """
 
     level: np.ndarray
@@ -98,14 +126,19 @@ class AdaptiveRuns:
     pending_level: np.ndarray
     prev: np.ndarray | None
     prev_time: np.ndarray
-    prev_var: np.ndarray
-    excess: np.ndarray
+    prev_error: np.ndarray
+    spread: np.ndarray
+    noise_spread: np.ndarray
     lag: np.ndarray
+    weight: np.ndarray
     pairs: np.ndarray
+    settled: np.ndarray
 
 
-_INT_FIELDS = ("level", "next_due", "pending", "pending_level", "prev_time", "pairs")
-_FLOAT_FIELDS = ("prev_var", "excess", "lag")
+_INT_FIELDS = ("level", "next_due", "pending", "pending_level", "prev_time", "pairs", "settled")
+_FLOAT_FIELDS = ("prev_error", "spread", "noise_spread", "lag", "weight")
+#: the fields of the squared-change estimate this policy kept before (a journal written then)
+_OLD_FIELDS = ("prev_var", "excess")
 
 
 @dataclass(frozen=True)
@@ -118,10 +151,13 @@ class AdaptiveState:
     pending_level: int = 0
     prev: np.ndarray | None = None
     prev_time: int = -1
-    prev_var: float = 0.0
-    excess: float = 0.0
+    prev_error: float = 0.0
+    spread: float = 0.0
+    noise_spread: float = 0.0
     lag: float = 0.0
+    weight: float = 0.0
     pairs: int = 0
+    settled: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {f: getattr(self, f) for f in _INT_FIELDS}
@@ -131,13 +167,18 @@ class AdaptiveState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AdaptiveState:
+        if isinstance(data, dict) and all(f in data for f in _OLD_FIELDS) and "spread" not in data:
+            raise StateError("adaptive-sample state was written by another version of the policy (its drift "
+                             "estimate from squared changes): continue the stream with the version that wrote it, "
+                             "or start it afresh under a new stream.id")
         try:
             prev = None if data["prev"] is None else decode_array(data["prev"])
             out = cls(prev=prev, **{f: int(data[f]) for f in _INT_FIELDS},
                       **{f: float(data[f]) for f in _FLOAT_FIELDS})
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"malformed adaptive-sample state: {exc}") from exc
-        if not all(math.isfinite(getattr(out, f)) for f in _FLOAT_FIELDS) or out.level < 0 or out.pairs < 0:
+        if not all(math.isfinite(getattr(out, f)) for f in _FLOAT_FIELDS) or out.level < 0 or out.pairs < 0 \
+                or out.settled < 0:
             raise StateError("malformed adaptive-sample state: a level, count or sum out of range")
         return out
 
@@ -207,16 +248,16 @@ class AdaptiveSamplePolicy:
         def ints(v: int) -> np.ndarray:
             return np.full(runs, v, dtype=np.int64)
         return AdaptiveRuns(ints(self.start_level), ints(0), ints(-1), ints(0), None, ints(-1),
-                            np.zeros(runs), np.zeros(runs), np.zeros(runs), ints(0))
+                            *(np.zeros(runs) for _ in _FLOAT_FIELDS), ints(0), ints(0))
 
-    def _variances(self, ctx: RunsContext, bins: int) -> np.ndarray:
-        """Noise variance per bin of a release at each level: ``2·E|Z|²`` (public; read-only)."""
+    def _errors(self, ctx: RunsContext, bins: int) -> np.ndarray:
+        """Noise ``E|Z|`` per bin of a release at each level (public; read-only)."""
         assert ctx.mechanism is not None
         try:
             hash(ctx.mechanism)
         except TypeError:  # a mechanism with unhashable parameters: no memo
-            return _level_variances.__wrapped__(ctx.mechanism, self._charges, bins)
-        return _level_variances(ctx.mechanism, self._charges, bins)
+            return _level_errors.__wrapped__(ctx.mechanism, self._charges, bins)
+        return _level_errors(ctx.mechanism, self._charges, bins)
 
     def decide_runs(self, state: AdaptiveRuns, ctx: RunsContext) -> tuple[RunsDecision, AdaptiveRuns]:
         """Read back last timestep's fresh releases, move the level where the estimate says so, then
@@ -246,9 +287,9 @@ class AdaptiveSamplePolicy:
         assert ctx.last is not None
         rows = np.flatnonzero(state.pending >= 0)
         bins = int(ctx.last.shape[1])
-        var = self._variances(ctx, bins)
+        errors = self._errors(ctx, bins)
         y = ctx.last[rows].astype(np.float64)
-        v = var[state.pending_level[rows]]
+        e = errors[state.pending_level[rows]]
         t_new = state.pending[rows]
         if state.prev is None:
             state.prev = np.zeros((state.level.size, bins))
@@ -256,34 +297,51 @@ class AdaptiveSamplePolicy:
         if paired.any():
             p = rows[paired]
             lag = (t_new[paired] - state.prev_time[p]).astype(np.float64)
-            change = np.square(y[paired] - state.prev[p]).sum(axis=1) / bins
+            change = np.abs(y[paired] - state.prev[p]).sum(axis=1) / bins
             keep = np.exp(-lag / self.memory)
-            state.excess[p] = keep * state.excess[p] + (change - v[paired] - state.prev_var[p])
+            state.spread[p] = keep * state.spread[p] + change
+            state.noise_spread[p] = keep * state.noise_spread[p] + _noise_change(e[paired], state.prev_error[p])
             state.lag[p] = keep * state.lag[p] + lag
+            state.weight[p] = keep * state.weight[p] + 1.0
             state.pairs[p] += 1
+            state.settled[p] += 1
         state.prev[rows] = y
         state.prev_time[rows] = t_new
-        state.prev_var[rows] = v
+        state.prev_error[rows] = e
         state.pending[rows] = -1
         ready = rows[state.pairs[rows] >= self.min_pairs]
         if ready.size:
-            self._choose(state, ready, var)
+            self._choose(state, ready, errors)
 
-    def _choose(self, state: AdaptiveRuns, rows: np.ndarray, var: np.ndarray) -> None:
-        """Move each run in ``rows`` to the level of least predicted error ``r(c) + q̂(k − 1)/2``
-        if it beats the current level's by the hysteresis; the next release is then due ``k`` after
-        the last one."""
-        q = np.maximum(state.excess[rows] / np.maximum(state.lag[rows], 1e-300), 0.0)
-        k = self.intervals[None, :].astype(np.float64)
-        predicted = var[None, :] + q[:, None] * (k - 1) / 2.0
+    def drift(self, state: AdaptiveRuns, rows: np.ndarray) -> np.ndarray:
+        """``q̂`` per run in ``rows``: the drift variance per timestep the releases imply (module doc)."""
+        weight = np.maximum(state.weight[rows], 1e-300)
+        a, m, lag = state.spread[rows] / weight, state.noise_spread[rows] / weight, state.lag[rows] / weight
+        return np.maximum((a * a - m * m) / (_TWO_OVER_PI * np.maximum(lag, 1e-300)), 0.0)
+
+    def _choose(self, state: AdaptiveRuns, rows: np.ndarray, errors: np.ndarray) -> None:
+        """Move each run in ``rows`` towards the level of least predicted absolute error
+        (:func:`predicted_errors`) if that beats the current level's by the hysteresis: at once to more
+        releases per window, one divisor at a time (after ``min_pairs`` pairs at the level) to fewer.
+        The next release is then due ``k`` after the last one.
+
+        Why fewer only step by step: the estimate is read at the current interval's lag and
+        extrapolated to the longer one, and a stream with rare large changes shows none in a few
+        short pairs; each step lengthens the lag the estimate reads before the next step is taken.
+        More releases per window never miss a change, so that direction needs no such care."""
+        predicted = predicted_errors(errors, self.intervals, self.drift(state, rows))
         best = predicted.argmin(axis=1)
         current = state.level[rows]
         ix = np.arange(rows.size)
-        move = (best != current) & (predicted[ix, best] < (1.0 - self.hysteresis) * predicted[ix, current])
+        better = predicted[ix, best] < (1.0 - self.hysteresis) * predicted[ix, current]
+        coarser = better & (best < current) & (state.settled[rows] >= self.min_pairs)
+        target = np.where(best > current, best, current - 1)
+        move = better & ((best > current) | coarser)
         if move.any():
             m = rows[move]
-            state.level[m] = best[move]
-            state.next_due[m] = state.prev_time[m] + self.intervals[best[move]]
+            state.level[m] = target[move]
+            state.settled[m] = 0
+            state.next_due[m] = state.prev_time[m] + self.intervals[target[move]]
 
     # -- the service's one run -------------------------------------------------------------------
     def reset(self) -> AdaptiveState:
@@ -292,9 +350,9 @@ class AdaptiveSamplePolicy:
     def to_runs(self, state: AdaptiveState) -> AdaptiveRuns:
         prev = None if state.prev is None else np.array(state.prev, dtype=np.float64)[None, :]
         return AdaptiveRuns(*(np.array([getattr(state, f)], dtype=np.int64) for f in _INT_FIELDS[:4]), prev,
-                            np.array([state.prev_time], dtype=np.int64), np.array([state.prev_var]),
-                            np.array([state.excess]), np.array([state.lag]),
-                            np.array([state.pairs], dtype=np.int64))
+                            np.array([state.prev_time], dtype=np.int64),
+                            *(np.array([getattr(state, f)], dtype=np.float64) for f in _FLOAT_FIELDS),
+                            np.array([state.pairs], dtype=np.int64), np.array([state.settled], dtype=np.int64))
 
     def from_runs(self, runs: AdaptiveRuns) -> AdaptiveState:
         prev = None
@@ -302,8 +360,9 @@ class AdaptiveSamplePolicy:
             prev = runs.prev[0].copy()
             prev.setflags(write=False)
         return AdaptiveState(int(runs.level[0]), int(runs.next_due[0]), int(runs.pending[0]),
-                             int(runs.pending_level[0]), prev, int(runs.prev_time[0]), float(runs.prev_var[0]),
-                             float(runs.excess[0]), float(runs.lag[0]), int(runs.pairs[0]))
+                             int(runs.pending_level[0]), prev, int(runs.prev_time[0]),
+                             *(float(getattr(runs, f)[0]) for f in _FLOAT_FIELDS), int(runs.pairs[0]),
+                             int(runs.settled[0]))
 
     def decide(self, state: AdaptiveState, ctx: DecisionContext) -> tuple[Decision, AdaptiveState]:
         runs = self.to_runs(state)

@@ -182,6 +182,38 @@ def test_a_random_walk_settles_between_the_extremes():
     assert max(set(settled), key=settled.count) == best
 
 
+def test_rare_jumps_are_read_for_their_size_not_their_square():
+    """Level shifts every 100 timesteps on average, uniform in [0, 1000], at ε = 1, w = 50: the absolute
+    error is least near c = 10 (noise E|Z| = c, a jump's cost |J|·k/2 spread over its segment); a
+    drift estimate from squared changes (the rule before) weighs each jump by |J|² and settled at
+    c = 25, releasing every 2 timesteps at 2.5 times the noise."""
+    rng = np.random.default_rng(12)
+    levels, t = [], 0
+    while t < 3000:
+        n = int(rng.geometric(0.01))
+        levels.append(np.full(n, rng.uniform(0, 1000)))
+        t += n
+    series = np.concatenate(levels)[:3000, None].round().astype(np.int64)
+    settled = _run_levels(series, Fraction(1), 50, 10)[1000:]
+    common = max(set(settled), key=settled.count)
+    assert 5 <= common <= 10
+
+
+def test_fewer_releases_come_one_divisor_at_a_time_more_at_once():
+    """A still stream walks down every divisor of w (c = 10, 5, 2, 1), reading ``min_pairs`` pairs at each
+    interval before the next step; when it then turns into independent draws far above the noise, the
+    policy goes back to c = w in one move."""
+    rng = np.random.default_rng(5)
+    series = np.concatenate([np.full((600, 1), 500), rng.integers(0, 4000, (200, 1))]).astype(np.int64)
+    levels = _run_levels(series, Fraction(1), 10, 10)
+    moves = [(a, b) for a, b in zip(levels, levels[1:], strict=False) if a != b]
+    down = [m for m in moves if m[1] < m[0]]
+    assert down[:3] == [(10, 5), (5, 2), (2, 1)]
+    assert levels[599] == 1 and levels[-1] == 10
+    up = [m for m in moves if m[1] > m[0]]
+    assert up[0] == (1, 10)
+
+
 def test_every_window_stays_within_epsilon_while_the_level_moves():
     series = _QUIET_THEN_BUSY
     steps = run_recorded(_engine(), series)
@@ -230,13 +262,24 @@ def test_a_restart_from_the_journal_continues_bit_for_bit():
 def test_state_json_round_trips_and_rejects_damage():
     policy = AdaptiveSamplePolicy(WEvent(Fraction(1), 4, 4))
     state = AdaptiveState(level=1, next_due=7, pending=-1, pending_level=2, prev=np.array([1.5, -2.0]),
-                          prev_time=6, prev_var=8.0, excess=3.25, lag=12.0, pairs=5)
+                          prev_time=6, prev_error=8.0, spread=3.25, noise_spread=2.5, lag=12.0, weight=3.5,
+                          pairs=5, settled=2)
     back = policy.state_from_json(json.loads(json.dumps(policy.state_to_json(state))))
     assert back.to_json() == state.to_json()
     with pytest.raises(StateError, match="privacy.w"):
         policy.state_from_json({**state.to_json(), "level": 9})
     with pytest.raises(StateError, match="malformed"):
-        policy.state_from_json({k: v for k, v in state.to_json().items() if k != "excess"})
+        policy.state_from_json({k: v for k, v in state.to_json().items() if k != "spread"})
+
+
+def test_a_journal_of_the_squared_change_estimate_is_refused_with_what_to_do():
+    """A state journaled before the absolute-change estimate (fields ``prev_var``, ``excess``) cannot be
+    continued: its sums mean something else. The error names the two ways on."""
+    policy = AdaptiveSamplePolicy(WEvent(Fraction(1), 4, 4))
+    old = {"level": 1, "next_due": 7, "pending": -1, "pending_level": 2, "prev_time": 6, "pairs": 5,
+           "prev_var": "8.0", "excess": "3.25", "lag": "12.0", "prev": None}
+    with pytest.raises(StateError, match="another version.*new stream.id"):
+        policy.state_from_json(old)
 
 
 def test_runs_and_one_run_agree():

@@ -49,7 +49,10 @@ PINS = {
     # recorded on the adapub branch, before the speed work was merged (the same hashes after it)
     ("w-event", "adapub"): "ef06e8a0defc134d",
     ("w-event", "rescuedp"): "f51bfbaa99da757f",
-    ("w-event", "adaptive-sample"): "facee30ce91c315d",
+    # re-pinned when its drift estimate moved from squared to absolute changes and its moves to fewer
+    # releases per window to one divisor at a time (its state's fields change, and its releases where
+    # the interval moves differently)
+    ("w-event", "adaptive-sample"): "43f042b358eee147",
     ("user-level", "dsat"): "e4ac4c2cd5353d62",
     ("user-level", "dsft"): "67d8e08be93b9fcb",
     ("user-level", "uniform"): "6755bc1eed5d5330",
