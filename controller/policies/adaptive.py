@@ -32,8 +32,8 @@ Why absolute changes (``docs/results.md``, "Adaptive Sample reads jumps for what
 stream with rare level shifts (``sudden``) changes by nothing most of the time and by a lot at a
 jump. A squared-change estimate weighs a jump by its square and reads the stream as a fast random
 walk, so on ``sudden`` at ε = 1, w = 50 it settled at ``c = 25`` where ``c = 10`` errs least (its
-test); the absolute-change estimate
-weighs a jump by its size, as the error does, and agrees with the squared one on a random walk.
+test); the absolute-change estimate weighs a jump by its size, as the error does, and agrees with
+the squared one on a random walk.
 The squared-change rule also moved from ``c = 10`` straight to Sample after four quiet pairs and
 then missed the next jump for up to ``w`` timesteps; hence the one-divisor steps.
 
@@ -77,7 +77,7 @@ def divisors(w: int) -> tuple[int, ...]:
     return tuple(c for c in range(1, w + 1) if w % c == 0)
 
 
-#: ``E|G| / sd(G)`` for a Gaussian ``G``: ``E|G|² = (2/π)·Var G``
+#: ``(E|G| / sd G)²`` for a Gaussian ``G``: ``E|G|² = (2/π)·Var G``
 _TWO_OVER_PI = 2.0 / math.pi
 
 
