@@ -285,3 +285,28 @@ def test_rank_bounds_the_worst_case_and_guards_against_the_zero_release() -> Non
     assert order[0] == "modest", order
     _, order = planner.rank({"even": [13.0] * 4, "near-most": [10.0, 10.0, 10.0, 19.0]}, zero=zero)
     assert order[0] == "even", order  # every candidate loses to zeros somewhere: the guard stands aside
+
+
+def test_rank_minimises_the_largest_regret_in_counts_not_the_largest_ratio() -> None:
+    """A sparse scenario (1 person per bin, where a release loses to zeros by a count or two) must
+    not outweigh a dense one (10 per bin, where never releasing loses 10 counts): the order bounds
+    the counts per bin lost against each scenario's best, so a candidate 4x the best on the sparse
+    scenario (3 counts) ranks above one 2x the best on the dense scenario (5 counts)."""
+    mae = {"releases": [4.0, 5.0], "never-releases": [1.0, 10.0]}
+    _, order = planner.rank(mae)
+    assert order == ["releases", "never-releases"], order
+    # the guard reads the declared stream only (guard_on): losing to zeros on the sparse scenario
+    # does not push "releases" behind a candidate that publishes zeros in disguise
+    zero = [1.0, 10.0]
+    assert planner.rank(mae, zero=zero, guard_on=[1])[1][0] == "releases"
+    assert planner.rank(mae, zero=zero)[1][0] == "never-releases"  # guarded everywhere: the old behaviour
+    # and a candidate worse than zeros on the declared stream comes last while another is not
+    mae["noisy"] = [1.5, 10.5]
+    assert planner.rank(mae, zero=zero, guard_on=[1])[1][-1] == "noisy"
+
+
+def test_the_steady_scenario_is_the_declared_population_at_every_timestep() -> None:
+    s = planner.scenario(planner.STEADY, 40, 12, 300)
+    assert s.shape == (40, 12) and (s.sum(axis=1) == 300).all()
+    assert planner.SCENARIOS[-1] == planner.STEADY  # last: the families keep their seeds
+    assert (planner.scenario(planner.STEADY, 5, 1, 7) == 7).all()
