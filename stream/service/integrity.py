@@ -27,6 +27,10 @@ cluster says with what the stream's own state says:
   were lost, so the next start could not tell where it is);
 * the output topic still exists.
 
+The topics' existence and partitions come from one metadata request naming the
+input and output topics only (:class:`stream.service.kafka_io.TopicMetadata`,
+bounded at 5 s), never the metadata of every topic of a shared cluster.
+
 Any of these is an operator matter, never repaired automatically (a reset
 would re-read, re-count and re-release: ``docs/privacy.md`` §6, fail closed).
 What is compared are offsets and sequence numbers the service itself wrote:

@@ -59,6 +59,7 @@ __all__ = [
     "RecordTimeRefused",
     "check_log_append_time",
     "topic_timestamp_type",
+    "TopicMetadata",
     "FATAL_TYPES",
 ]
 
@@ -121,6 +122,61 @@ def ensure_topics(k: KafkaSection, topics: Mapping[str, int], *, timeout_s: floa
             if not err.retriable or time.monotonic() > deadline:
                 raise err from exc
             time.sleep(0.5)
+
+
+#: Kafka's error code for a topic the cluster does not have (``UNKNOWN_TOPIC_OR_PARTITION``).
+_UNKNOWN_TOPIC = kerr.UnknownTopicOrPartitionError.errno
+
+
+class TopicMetadata:
+    """The partitions of a few named topics, asked of the cluster in one metadata request for those
+    names only (``KafkaAdminClient.describe_topics``: never every topic of the cluster, never creating
+    one), over one admin connection kept between calls.
+
+    A consumer's ``topics()`` fetches the metadata of *every* topic the client may see: on a shared
+    production cluster with thousands of topics, the service's periodic integrity check
+    (:mod:`stream.service.integrity`, every few seconds) would ask for all of them each time.
+    """
+
+    def __init__(self, k: KafkaSection, *, timeout_ms: int = 5000) -> None:
+        self._k = k
+        #: the longest one call waits (connecting and answering): at most ``kafka.request_timeout_ms``;
+        #: the check runs between polls of the service loop, which must not stall for long
+        self._timeout_ms = max(100, min(int(timeout_ms), int(k.request_timeout_ms)))
+        self._admin: KafkaAdminClient | None = None
+
+    def partitions(self, topics: Sequence[str]) -> dict[str, frozenset[int] | None]:
+        """Topic name -> its partition ids, or None when the cluster does not have it.
+
+        Raises:
+            KafkaIOError: no answer, or the cluster refused (another error code than "unknown
+                topic"); the admin connection is dropped and made again on the next call.
+        """
+        try:
+            if self._admin is None:
+                self._admin = KafkaAdminClient(**{**client_options(self._k), "request_timeout_ms": self._timeout_ms},
+                                               bootstrap_timeout_ms=self._timeout_ms)
+            answer = self._admin.describe_topics(list(topics))
+        except Exception as exc:  # noqa: BLE001 - classified by wrap_error
+            self.close()
+            raise wrap_error(exc, "describe topics") from exc
+        out: dict[str, frozenset[int] | None] = dict.fromkeys(topics)
+        for topic in answer:
+            code = int(topic.get("error_code") or 0)
+            if code == _UNKNOWN_TOPIC:
+                continue
+            if code:
+                raise wrap_error(kerr.for_code(code)(f"topic {topic.get('name')}"), "describe topics")
+            out[topic["name"]] = frozenset(int(part["partition_index"]) for part in topic.get("partitions") or ())
+        return out
+
+    def close(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            try:
+                admin.close()
+            except Exception:  # noqa: BLE001, S110 - best effort
+                pass
 
 
 def topic_timestamp_type(k: KafkaSection, topic: str) -> str | None:

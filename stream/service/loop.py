@@ -111,6 +111,7 @@ from stream.service.kafka_io import (
     KafkaIOError,
     OutRecord,
     RecordTimeRefused,
+    TopicMetadata,
     TransactionalWriter,
     bounded_value,
     check_log_append_time,
@@ -252,6 +253,7 @@ class Service:
         self.committed_seq = 0  # the last checkpoint committed to this cluster (its marker on the state topic)
         self.cluster_lost: str | None = None  # why the cluster contradicts the stream's state (integrity.py)
         self._last_cluster_check = time.monotonic()
+        self._topic_metadata = TopicMetadata(settings.kafka)  # the check's metadata: its two topics only
         #: complete timesteps may still wait beyond the last checkpoint's room: seal them before reading more
         self._backlog = False
         self._last_checkpoint = time.monotonic()
@@ -938,22 +940,23 @@ class Service:
         k = self.settings.kafka
         control = self.reader.control
         try:
-            topics = control.topics()  # a fresh metadata request (never auto-creates a topic)
-            partitions = frozenset(control.partitions_for_topic(k.input_topic) or ()) if k.input_topic in topics \
-                else frozenset()
+            # a fresh metadata request for these two topics only (never auto-creates one)
+            topics = self._topic_metadata.partitions([k.input_topic, k.output_topic])
+            partitions = topics[k.input_topic] or frozenset()
             ends = self.reader.log_ends() if partitions else {}  # the high watermark, not the LSO
             fetched = {p: self.reader.fetched_high(p) for p in self.reader.partitions}
             marker = committed_marker(control, k.state_topic) if self.committed_seq else None
         except Exception as exc:  # noqa: BLE001 - no answer: nothing to compare
             log(_log, logging.DEBUG, "cluster check skipped", error=f"{type(exc).__name__}: {exc}")
             return None
-        view = ClusterView(partitions, ends, k.output_topic in topics, marker, fetched)
+        view = ClusterView(partitions, ends, topics[k.output_topic] is not None, marker, fetched)
         return cluster_loss(view, input_topic=k.input_topic, output_topic=k.output_topic,
                             reading=frozenset(self.reader.partitions), committed=self.committed,
                             committed_seq=self.committed_seq)
 
     def close(self) -> None:
-        for closer in (lambda: self.producer.close(timeout=2), lambda: self.reader.close()):
+        for closer in (lambda: self.producer.close(timeout=2), lambda: self.reader.close(),
+                       self._topic_metadata.close):
             try:
                 closer()
             except Exception:  # noqa: BLE001, S110 - best effort on the way out

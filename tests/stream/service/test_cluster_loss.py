@@ -143,6 +143,22 @@ def test_an_open_upstream_transaction_is_not_a_lost_log(tmp_path, monkeypatch):
         k = settings.kafka
         with InProcessService(settings) as svc:
             _one_release(b.bootstrap, k.input_topic, svc)
+            # from here on every check asks for its two topics only, never the metadata of every
+            # topic of the cluster (a shared production cluster may hold thousands)
+            from kafka import KafkaAdminClient, KafkaConsumer
+
+            wide: list[str] = []
+            for cls, name in ((KafkaConsumer, "_fetch_all_topic_metadata"), (KafkaConsumer, "topics"),
+                              (KafkaAdminClient, "list_topics")):
+                real = getattr(cls, name)
+                monkeypatch.setattr(cls, name, lambda *a, _real=real, _name=name, **kw: (wide.append(_name),
+                                                                                           _real(*a, **kw))[1])
+            from stream.service.kafka_io import TopicMetadata
+
+            asked: list[list[str]] = []
+            named = TopicMetadata.partitions
+            monkeypatch.setattr(TopicMetadata, "partitions",
+                                lambda self, topics: (asked.append(list(topics)), named(self, topics))[1])
             tx = KafkaProducer(bootstrap_servers=b.bootstrap, transactional_id="upstream")
             tx.init_transactions()
             tx.begin_transaction()
@@ -155,6 +171,9 @@ def test_an_open_upstream_transaction_is_not_a_lost_log(tmp_path, monkeypatch):
                 time.sleep(0.1)
             assert svc.metric("dpstream_cluster_lost") == 0
             assert svc.exit_code is None and svc.thread.is_alive()
+            assert len(asked) >= 3, f"the cluster check ran {len(asked)} times in 3 s (every 0.3 s expected)"
+            assert all(sorted(t) == sorted([k.input_topic, k.output_topic]) for t in asked), asked
+            assert not wide, f"the cluster check asked for every topic's metadata: {wide}"
             tx.abort_transaction()
             assert svc.stop() == 0
     finally:

@@ -11,6 +11,7 @@ from stream.service.broker import EmbeddedBroker, free_port
 from stream.service.kafka_io import (
     KafkaIOError,
     OutRecord,
+    TopicMetadata,
     TransactionalWriter,
     assign_all,
     committed_marker,
@@ -92,6 +93,36 @@ def test_ensure_topics_creates_only_missing(broker):  # noqa: F811
         assert len(assign_all(c, k.input_topic)) == 3
     finally:
         c.close()
+
+
+def test_topic_metadata_names_its_topics_only_and_creates_none(broker):  # noqa: F811
+    """The integrity check's metadata: partitions of the named topics, None for a missing one, and
+    asking for a missing topic does not create it (a consumer's metadata request may)."""
+    k = _section(broker)
+    ensure_topics(k, {k.input_topic: 3, k.output_topic: 1, "bystander": 2})
+    meta = TopicMetadata(k)
+    try:
+        got = meta.partitions([k.input_topic, k.output_topic, "gone"])
+        assert got == {k.input_topic: frozenset({0, 1, 2}), k.output_topic: frozenset({0}), "gone": None}
+        assert "bystander" not in got
+        assert meta.partitions(["gone"]) == {"gone": None}  # asked twice: still not created
+    finally:
+        meta.close()
+    assert ensure_topics(k, {"gone": 1}) == ["gone"]  # it did not exist: created only now
+
+
+def test_topic_metadata_of_an_unreachable_cluster_is_a_retriable_error_and_a_short_wait():
+    """The service loop runs the check between polls: an unreachable cluster costs it the check's own
+    bound (1 s here), not ``kafka.request_timeout_ms`` (30 s by default)."""
+    import time
+
+    meta = TopicMetadata(KafkaSection(bootstrap_servers=f"127.0.0.1:{free_port()}"), timeout_ms=1000)
+    started = time.monotonic()
+    with pytest.raises(KafkaIOError) as info:
+        meta.partitions(["x"])
+    assert info.value.retriable
+    assert time.monotonic() - started < 15, "waited for kafka.request_timeout_ms, not the check's bound"
+    meta.close()
 
 
 def test_transaction_commits_records_offsets_and_marker_together(broker):  # noqa: F811
