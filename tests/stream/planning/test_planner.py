@@ -303,6 +303,9 @@ def test_rank_minimises_the_largest_regret_in_counts_not_the_largest_ratio() -> 
     # and a candidate worse than zeros on the declared stream comes last while another is not
     mae["noisy"] = [1.5, 10.5]
     assert planner.rank(mae, zero=zero, guard_on=[1])[1][-1] == "noisy"
+    # a scenario no candidate could run (NaN, infinite) does not decide; an unusable candidate comes last
+    odd = {"a": [4.0, 5.0, float("nan")], "b": [1.0, 10.0, float("inf")], "c": [float("inf"), 5.0, float("nan")]}
+    assert planner.rank(odd)[1] == ["a", "b", "c"]
 
 
 def test_the_steady_scenario_is_the_declared_population_at_every_timestep() -> None:
