@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 from families import settings_for  # noqa: E402
 
 from stream.planning.families import FAMILIES, FamilyParams, family_series  # noqa: E402
-from stream.planning.planner import plan, rank, simulate  # noqa: E402
+from stream.planning.planner import STEADY, plan, rank, simulate  # noqa: E402
 
 
 def truth_of(family: str, scale: float, seed: int = 1) -> np.ndarray:
@@ -59,7 +59,7 @@ def choose(args: tuple[str, float, int, float, str | None]) -> dict:
            "plan_mae": p.mae, "scenarios": list(p.scenarios)}
     if not history:
         held = [i for i, name in enumerate(p.scenarios) if name != family]
-        _, order = rank(p.mae, held)
+        _, order = rank(p.mae, held, p.zero_mae, guard_on=[i for i in held if p.scenarios[i] == STEADY])
         out["auto_held_out"] = next(n for n in order if not n.endswith("+kalman"))
     return out
 
