@@ -35,7 +35,10 @@ The model, per bin ``j`` and timestep ``t``::
   reset. So a jump of more than about ``CHANGE_Z`` noise sds is followed within ``CHANGE_RUN``
   fresh releases (``tests/histogram/test_statespace.py`` measures it).
 * ``delay`` (``release.delay: k``): a fixed-lag smoother: the value published for ``t`` is the
-  Rauch–Tung–Striebel smoothed level using the releases up to ``t + k``.
+  Rauch–Tung–Striebel smoothed level using the releases up to ``t + k``. A level shift cuts the
+  smoother: the timesteps before it in the lag buffer get no information from the shift on, so
+  their smoothed values are fixed at the shift, weighted by the bank's weights *before* it (the
+  reset weights carry none), and published as fixed (``lag_fixed``).
 * ``trend`` (step ``model-trend``): the bank also holds local-linear-trend filters (level and
   slope, no season), ``ℓ[t] = ℓ[t−1] + v[t−1] + N(0, Q)``, ``v[t] = v[t−1] + N(0, Q_v)``, one per
   pair of :data:`RATIOS` and :data:`SLOPE_RATIOS`, weighted by the same discounted likelihood
@@ -80,7 +83,7 @@ SLOPE_RATIOS: tuple[float, ...] = (1e-7,)
 SLOPE_PRIOR = 1e-2
 
 _FIELDS = ("t", "r0", "period", "x", "p", "loglik", "run", "ref", "ref_v", "hist", "hist_r", "lag_x", "lag_p",
-           "lag_m")
+           "lag_m", "lag_fixed")
 #: The trend filters' arrays (step ``model-trend`` only): level, slope, their covariance
 #: (``pp``, ``pv``, ``vv``), log-likelihood, and the fixed-lag buffers of each.
 _TREND_FIELDS = ("tx", "tv", "tpp", "tpv", "tvv", "tloglik", "tlag_x", "tlag_v", "tlag_pp", "tlag_pv", "tlag_vv")
@@ -99,7 +102,9 @@ class ModelState:
     count of large innovations in a row, ``ref``, ``ref_v`` (N, B) the deseasonalised level
     predicted before the run's first one and its variance; ``hist``, ``hist_r`` (N, S, H) the
     released series and its noise variance (NaN where not fresh); ``lag_x``, ``lag_p``, ``lag_m`` (N, B, M, K+1)
-    the last ``K + 1`` filtered levels, variances and multipliers (fixed-lag smoothing). With
+    the last ``K + 1`` filtered levels, variances and multipliers (fixed-lag smoothing),
+    ``lag_fixed`` (N, B, K+1) the published values of buffer positions a level shift cut off from
+    later releases (NaN elsewhere). With
     ``trend``, ``T = len(RATIOS) · len(SLOPE_RATIOS)`` trend filters more: ``tx``, ``tv``, ``tpp``,
     ``tpv``, ``tvv``, ``tloglik`` (N, B, T) and their buffers ``tlag_*`` (N, B, T, K+1).
     """
@@ -153,7 +158,7 @@ class ModelFilter:
             "ref": np.zeros((n, b)), "ref_v": np.zeros((n, b)),
             "hist": hist, "hist_r": hist_r,
             "lag_x": np.repeat(x[..., None], k + 1, axis=3), "lag_p": np.repeat(p[..., None], k + 1, axis=3),
-            "lag_m": np.ones((n, b, m, k + 1)),
+            "lag_m": np.ones((n, b, m, k + 1)), "lag_fixed": np.full((n, b, k + 1), np.nan),
         }
         if self.trend:
             nt = len(RATIOS) * len(SLOPE_RATIOS)
@@ -186,6 +191,8 @@ class ModelFilter:
             p = (1.0 - gain * mm) * p
             shift = np.abs(run) >= CHANGE_RUN
             if shift.any():
+                if self.delay:  # before the weights reset: what the buffer before the shift will publish
+                    self._fix_before_shift(a, shift, _smoothed(a["lag_x"], a["lag_p"], a["lag_m"], q, w))
                 safe = np.where(np.abs(mm) > 1e-9, mm, 1.0)
                 x = np.where(shift[:, :, None], z[:, :, None] / safe, x)
                 p = np.where(shift[:, :, None], r[:, :, None] / safe ** 2, p)
@@ -204,7 +211,24 @@ class ModelFilter:
         a["lag_x"] = np.concatenate([a["lag_x"][..., 1:], x[..., None]], axis=3)
         a["lag_p"] = np.concatenate([a["lag_p"][..., 1:], p[..., None]], axis=3)
         a["lag_m"] = np.concatenate([a["lag_m"][..., 1:], mm[..., None]], axis=3)
-        return _smoothed(a["lag_x"], a["lag_p"], a["lag_m"], q, w)[..., 0], ModelState(a)
+        self._rotate_fixed(a)
+        return _published(_smoothed(a["lag_x"], a["lag_p"], a["lag_m"], q, w), a["lag_fixed"])[..., 0], ModelState(a)
+
+    @staticmethod
+    def _fix_before_shift(a: dict[str, np.ndarray], shift: np.ndarray, before: np.ndarray) -> None:
+        """At a level shift (``shift`` (N, B)), fix the buffer's values before it: ``before`` (N, B, K+1)
+        is the buffer smoothed with the weights before the reset (positions ``t−K−1 … t−1``); after
+        the rotation of this step they sit at ``0 … K−1``. Positions fixed by an earlier shift keep
+        their values (nothing after that shift reached them either)."""
+        fixed = a["lag_fixed"].copy()
+        mine = np.where(shift[..., None], before, np.nan)
+        a["lag_fixed"] = np.where(np.isnan(fixed), mine, fixed)
+
+    @staticmethod
+    def _rotate_fixed(a: dict[str, np.ndarray]) -> None:
+        """Advance ``lag_fixed`` with the lag buffers: the oldest position leaves, the newest is open."""
+        fixed = a["lag_fixed"]
+        a["lag_fixed"] = np.concatenate([fixed[..., 1:], np.full(fixed.shape[:-1] + (1,), np.nan)], axis=-1)
 
     def _advance(self, state: ModelState, shape: tuple[int, int]) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """The next timestep's arrays (a new dict; the arrays a level shift writes into in place are
@@ -241,9 +265,9 @@ class ModelFilter:
         """With a delay ``k``: the estimates (N, B, k) of the last ``k`` timesteps stepped, not yet
         published, each smoothed with the releases there are (the end of a finite stream)."""
         if self.trend:
-            return self._trend_smoothed(state.arrays)[..., 1:]
+            return _published(self._trend_smoothed(state.arrays), state["lag_fixed"])[..., 1:]
         out = _smoothed(state["lag_x"], state["lag_p"], state["lag_m"], _bank_q(state["r0"]), _weights(state["loglik"]))
-        return out[..., 1:]
+        return _published(out, state["lag_fixed"])[..., 1:]
 
     # -- the trend filters (step model-trend) -------------------------------------------------
     def _step_trend(self, state: ModelState, z: np.ndarray, r: np.ndarray, fresh: bool
@@ -280,6 +304,8 @@ class ModelFilter:
             tpp, tpv, tvv = tpp - kx * tpp, tpv - kx * tpv, tvv - kv * tpv
             shift = np.abs(run) >= CHANGE_RUN
             if shift.any():
+                if self.delay:  # before the weights reset: what the buffer before the shift will publish
+                    self._fix_before_shift(a, shift, self._trend_smoothed(a, w))
                 safe = np.where(np.abs(mm) > 1e-9, mm, 1.0)
                 sh = shift[:, :, None]
                 x = np.where(sh, z[:, :, None] / safe, x)
@@ -306,12 +332,15 @@ class ModelFilter:
         a["lag_m"] = np.concatenate([a["lag_m"][..., 1:], mm[..., None]], axis=3)
         for f, v in (("tlag_x", tx), ("tlag_v", tv), ("tlag_pp", tpp), ("tlag_pv", tpv), ("tlag_vv", tvv)):
             a[f] = np.concatenate([a[f][..., 1:], v[..., None]], axis=3)
-        return self._trend_smoothed(a)[..., 0], ModelState(a)
+        self._rotate_fixed(a)
+        return _published(self._trend_smoothed(a), a["lag_fixed"])[..., 0], ModelState(a)
 
-    def _trend_smoothed(self, a: Mapping[str, np.ndarray]) -> np.ndarray:
+    def _trend_smoothed(self, a: Mapping[str, np.ndarray], w: np.ndarray | None = None) -> np.ndarray:
         """The fixed-lag estimates (N, B, k+1) of the whole bank: the level-only filters through
-        :func:`_smoothed`'s rule, the trend filters through the two-state Rauch–Tung–Striebel rule."""
-        w = _weights(np.concatenate([a["loglik"], a["tloglik"]], axis=2))
+        :func:`_smoothed`'s rule, the trend filters through the two-state Rauch–Tung–Striebel rule;
+        weighted by ``w`` (N, B, M+T; default the bank's current weights)."""
+        if w is None:
+            w = _weights(np.concatenate([a["loglik"], a["tloglik"]], axis=2))
         split = a["loglik"].shape[2]
         # the level-only filters, each weighted by its share of the whole bank
         level = _smoothed(a["lag_x"], a["lag_p"], a["lag_m"], _bank_q(a["r0"]), w[..., :split])
@@ -371,6 +400,12 @@ def _smoothed(lag_x: np.ndarray, lag_p: np.ndarray, lag_m: np.ndarray, q: np.nda
         xs = lag_x[..., i] + pf / (pf + q) * (xs - lag_x[..., i])
         out[..., i] = (w * lag_m[..., i] * xs).sum(axis=2)
     return out
+
+
+def _published(smoothed: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+    """The fixed-lag values to publish (N, B, K+1): a position a level shift fixed (``fixed`` not
+    NaN) keeps that value, the others are the smoother's."""
+    return np.where(np.isnan(fixed), smoothed, fixed)
 
 
 def _bank_q(r0: np.ndarray) -> np.ndarray:
@@ -528,6 +563,10 @@ def state_from_arrays(arrays: Mapping[str, np.ndarray]) -> ModelState:
     fields = _FIELDS + _TREND_FIELDS if "tx" in arrays else _FIELDS
     other_version = ("it was written by another version of the filter: continue the stream with the version "
                      "that wrote it, or start it afresh under a new stream.id")
+    if "lag_fixed" not in arrays and "lag_x" in arrays:
+        # a journal from before level shifts fixed the smoother's earlier positions: none is fixed
+        lag = np.shape(arrays["lag_x"])
+        arrays = {**arrays, "lag_fixed": np.full(lag[:2] + lag[3:], np.nan)}
     if set(arrays) != set(fields):
         raise ValueError(f"model filter state needs the arrays {', '.join(fields)}; {other_version}")
     bank = {"x": 2 * len(RATIOS), "tx": len(RATIOS) * len(SLOPE_RATIOS)}

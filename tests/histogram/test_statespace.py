@@ -86,6 +86,48 @@ def test_a_state_from_another_filter_bank_is_refused_with_what_to_do():
         state_from_arrays(older)
 
 
+@pytest.mark.parametrize("chain", ["model", "model-trend"])
+def test_a_level_shift_fixes_the_delayed_values_before_it_with_the_weights_before_it(chain):
+    """A sparse schedule (a fresh release every 10 timesteps) and a jump at t = 50: the bank's fast
+    filters follow the release at 50, the detector restarts the level at 60 and resets the weights.
+    With a delay, the values of 58 and 59 are published at 60; nothing after the shift may reach
+    them, and they must keep the weights before it (which favour the filters that followed the
+    jump): before this fix they were weighted by the reset, uniform weights and published a third
+    of the way back to the old level (682 where the truth and the undelayed filter are 557)."""
+    truth = np.where(np.arange(120) < 50, 924.0, 557.0)[:, None]
+    b = 5.0  # releases far more precise than the jump (Sample at ε = 1: noise scale 10)
+    rng = np.random.default_rng(3)
+    released = truth + rng.laplace(0, b, truth.shape)
+    outs = {}
+    for delay in (0, 2):
+        pp = PostProcessor((chain,), delay=delay)
+        state, got, last = pp.initial(), [], None
+        for t in range(truth.shape[0]):
+            fresh = t % 10 == 0
+            last = released[t] if fresh else last
+            out, state = pp.apply(state, last, np.full(1, b * np.log(1 / (1 - CONF))), CONF, fresh)
+            got.append(out.counts)
+        res = np.asarray(got)
+        outs[delay] = np.concatenate([res[delay:], pp.pending(state, (1,))]) if delay else res
+    assert np.abs(outs[0][51:60] - 557.0).max() < 4 * b  # the filter alone follows the jump
+    assert np.abs(outs[2][51:60] - 557.0).max() < 4 * b, outs[2][51:60, 0]
+
+
+def test_a_journal_from_before_the_fixed_positions_loads_with_none_fixed():
+    from histogram.statespace import ModelFilter, state_arrays, state_from_arrays
+
+    f = ModelFilter(delay=2)
+    _, state = f.start(np.ones((1, 2)), np.ones((1, 2)))
+    for _ in range(3):
+        _, state = f.step(state, np.ones((1, 2)), np.ones((1, 2)), True)
+    older = dict(state_arrays(state))
+    del older["lag_fixed"]
+    again = state_from_arrays(older)
+    assert np.isnan(again["lag_fixed"]).all() and again["lag_fixed"].shape == (1, 2, 3)
+    assert f.step(again, np.ones((1, 2)), np.ones((1, 2)), True)[0].tobytes() == \
+        f.step(state, np.ones((1, 2)), np.ones((1, 2)), True)[0].tobytes()
+
+
 def test_a_season_shared_by_bins_is_learnt_and_helps_the_quiet_bin():
     t = np.arange(900)
     shape = 1.0 + 0.8 * np.sin(2 * np.pi * t / 24)
