@@ -220,9 +220,8 @@ class ModelFilter:
         is the buffer smoothed with the weights before the reset (positions ``t−K−1 … t−1``); after
         the rotation of this step they sit at ``0 … K−1``. Positions fixed by an earlier shift keep
         their values (nothing after that shift reached them either)."""
-        fixed = a["lag_fixed"].copy()
-        mine = np.where(shift[..., None], before, np.nan)
-        a["lag_fixed"] = np.where(np.isnan(fixed), mine, fixed)
+        fixed = a["lag_fixed"]
+        a["lag_fixed"] = np.where(np.isnan(fixed) & shift[..., None], before, fixed)  # a new array
 
     @staticmethod
     def _rotate_fixed(a: dict[str, np.ndarray]) -> None:
