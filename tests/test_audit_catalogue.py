@@ -155,17 +155,18 @@ def test_catalogue_check_is_not_vacuous(monkeypatch):
 # Post-processing filters read releases and public configuration only (issue 30)
 
 
-def _smoothed_outputs(steps: str, truth: np.ndarray, shift: np.ndarray, leak: bool = False) -> list[bytes]:
+def _smoothed_outputs(steps: str, truth: np.ndarray, shift: np.ndarray, leak: bool = False,
+                      delay: int = 0) -> list[bytes]:
     """Step the engine (uniform, LPA, w-event) on ``truth`` with seeded noise minus ``shift``
-    (the coupling that makes a neighbour's releases equal D's) and post-process with ``steps``;
-    ``leak``: a broken filter that also reads the true counts."""
+    (the coupling that makes a neighbour's releases equal D's) and post-process with ``steps``
+    (and ``release.delay``); ``leak``: a broken filter that also reads the true counts."""
     from histogram.noise import Randomness
 
     settings = Settings(**{
         "stream": {"id": "audit-filters", "timestep": "1h", "start": "2024-01-01T00:00:00+00:00"},
         "schema": {"attributes": [{"name": "bin", "kind": "numeric", "min": 0, "max": 3, "bins": 3}]},
         "privacy": {"epsilon": 1.0, "unit": "w-event", "w": 5, "population": 300, "cutoff": 1},
-        "release": {"decision": "uniform", "postprocess": steps},
+        "release": {"decision": "uniform", "postprocess": steps, "delay": delay},
     }).validate_all()
     engine, post, rnd = settings.engine(), settings.postprocessor(), Randomness.seeded(7)
     state, post_state, outs = engine.initial_state(), post.initial(), []
@@ -201,3 +202,28 @@ def test_each_filter_gives_neighbours_with_the_same_recorded_noise_the_same_outp
     assert _smoothed_outputs(steps, truth, np.zeros_like(truth)) == _smoothed_outputs(steps, neighbour, shift)
     assert (_smoothed_outputs(steps, truth, np.zeros_like(truth), leak=True)
             != _smoothed_outputs(steps, neighbour, shift, leak=True))
+
+
+@pytest.mark.parametrize("steps", ["model+nonnegative", "model-trend+nonnegative"])
+def test_the_delayed_filters_across_level_shifts_give_neighbours_the_same_output(steps):
+    """The same check with ``release.delay: 2`` on a stream with level shifts, so that the change
+    detector restarts the bank and the smoother fixes the delayed values before each restart
+    (``lag_fixed``): still a function of the releases only. The person differs at the first
+    shift."""
+    from histogram.statespace import ModelFilter
+
+    rng = np.random.default_rng(5)
+    truth = rng.integers(20, 30, (60, 3)).astype(np.int64) + np.where(np.arange(60) >= 30, 400, 0)[:, None]
+    truth[45:] -= 300
+    neighbour, shift = truth.copy(), np.zeros_like(truth)
+    neighbour[30, 1] += 1
+    shift[30, 1] = 1
+    calls = []
+    fix = ModelFilter._fix_before_shift
+    with pytest.MonkeyPatch.context() as mp:  # the shifts happen (the path under audit is run)
+        mp.setattr(ModelFilter, "_fix_before_shift", staticmethod(lambda a, sh, b: (calls.append(1), fix(a, sh, b))[1]))
+        same = _smoothed_outputs(steps, truth, np.zeros_like(truth), delay=2)
+    assert len(calls) >= 2, calls
+    assert same == _smoothed_outputs(steps, neighbour, shift, delay=2)
+    assert (_smoothed_outputs(steps, truth, np.zeros_like(truth), leak=True, delay=2)
+            != _smoothed_outputs(steps, neighbour, shift, leak=True, delay=2))
