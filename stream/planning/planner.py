@@ -554,8 +554,8 @@ def rank(mae: dict[str, list[float]] | dict[str, tuple[float, ...]],
     best = {i: max(min(v[i] for v in clean.values()), 1e-12) for i in cols}
     ratios = {n: [max(v[i], 1e-12) / best[i] for i in cols] for n, v in clean.items()}
     # a scenario no candidate could run (every error infinite) tells nothing: it has no regret
-    scored = [i for i in cols if math.isfinite(best[i])] or cols
-    regret = {n: max(v[i] - best[i] if math.isfinite(best[i]) else 0.0 for i in scored) for n, v in clean.items()}
+    scored = [i for i in cols if math.isfinite(best[i])]
+    regret = {n: max((v[i] - best[i] for i in scored), default=0.0) for n, v in clean.items()}
     scores = {n: float(np.exp(np.mean(np.log(r)))) for n, r in ratios.items()}
     above = {n: zero is not None and any(v[i] > ZERO_GUARD * zero[i] for i in guarded) for n, v in clean.items()}
     guard = not all(above.values())
