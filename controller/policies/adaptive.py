@@ -13,13 +13,16 @@ After each fresh release ``y`` at timestep ``t`` (noise ``E|Z| = e`` per bin, pu
 mechanism's error model at its ε), with the previous fresh release ``y'`` at ``t'`` (``e'``), it
 records the mean absolute change per bin ``a = Σ|y − y'| / U``, the lag ``t − t'`` and the noise's
 share of the change, ``m = E|Z − Z'| = (e² + e·e' + e'²)/(e + e')`` (exact for Laplace noise). For a
-random walk of variance ``q`` per timestep the change is about Gaussian with ``E|y − y'|² ≈ m² +
-(2/π)·q·(t − t')``, so the forgotten means ``ā``, ``m̄``, ``L̄`` over past pairs (each forgotten at
-``exp(−1/memory)`` per timestep) give ``q̂ = max(0, (ā² − m̄²) / ((2/π)·L̄))``. Republishing a release
-``j`` timesteps old errs by its noise and ``j`` timesteps of drift, so the expected absolute error
-per bin of interval ``k`` is
+stream that fluctuates by ``s`` (variance per bin, independent from one timestep to the next) about a
+random walk of variance ``q`` per timestep, the change is about Gaussian with ``E|y − y'|² ≈ m² +
+(2/π)·(s + q·(t − t'))``. Pairs are summed in the column of the level the later release was charged
+at, so each column's forgotten means ``ā``, ``m̄``, ``L̄`` (each pair forgotten at ``exp(−1/memory)``
+per timestep) give the excess ``X = (ā² − m̄²)/(2/π)`` at one lag ``L̄``, and ``X = s + q·L`` fitted
+over the columns (weighted least squares, ``ŝ, q̂ ≥ 0``; a single lag is read as drift alone) gives
+``ŝ`` and ``q̂``. Republishing a release ``j`` timesteps old errs by its noise, the fluctuation (for
+``j > 0``) and ``j`` timesteps of drift, so the expected absolute error per bin of interval ``k`` is
 
-    mean over j < k of sqrt(e(c)² + (2/π)·q̂·j),
+    mean over j < k of sqrt(e(c)² + (2/π)·(ŝ·[j > 0] + q̂·j)),
 
 and the policy moves towards the ``c`` that minimises it once ``min_pairs`` pairs are in, when that
 is at least ``hysteresis`` (relative) better than its current choice: to more releases per window
@@ -36,6 +39,12 @@ test); the absolute-change estimate weighs a jump by its size, as the error does
 the squared one on a random walk.
 The squared-change rule also moved from ``c = 10`` straight to Sample after four quiet pairs and
 then missed the next jump for up to ``w`` timesteps; hence the one-divisor steps.
+
+Why the lags are kept apart (``docs/results.md``, "Adaptive Sample keeps its lags apart"): pooled over
+all pairs, the change read at a short lag after a move to more releases was divided by a mean lag the
+earlier, longer pairs still held up, so on independent draws (``lognormal``) at w = 50 the policy
+stayed at ``c = 25`` for 46–146 timesteps before reaching ``c = w``. A fluctuation shows the same
+change at every lag, a drift one that grows with it; two columns tell them apart.
 
 Budget: every release asks the window ledger for ``ε / c`` before any noise is drawn and waits
 (republishes) while the window cannot take it, so any window of ``w`` spends at most ε however the
@@ -97,13 +106,17 @@ def _noise_change(e: np.ndarray, e_prev: np.ndarray) -> np.ndarray:
     return np.where(total > 0, (e * e + e * e_prev + e_prev * e_prev) / np.where(total > 0, total, 1.0), 0.0)
 
 
-def predicted_errors(errors: np.ndarray, intervals: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``(len(q), levels)`` expected absolute error per bin of each level for drifts ``q`` (per timestep):
-    the mean over ``j < k`` of ``sqrt(e(c)² + (2/π)·q·j)``, with ``e(c) = errors`` and ``k = intervals``."""
+def predicted_errors(errors: np.ndarray, intervals: np.ndarray, q: np.ndarray,
+                     s: np.ndarray | None = None) -> np.ndarray:
+    """``(len(q), levels)`` expected absolute error per bin of each level for drifts ``q`` (per timestep)
+    and fluctuations ``s`` (per bin, independent from one timestep to the next; 0 if omitted): the mean
+    over ``j < k`` of ``sqrt(e(c)² + (2/π)·(s·[j > 0] + q·j))``, with ``e(c) = errors`` and ``k = intervals``."""
     out = np.empty((q.size, errors.size))
     j = np.arange(int(intervals.max()), dtype=np.float64)
+    white = np.zeros_like(q) if s is None else s
+    excess = white[:, None] * (j > 0)[None, :] + q[:, None] * j[None, :]
     for i, k in enumerate(intervals.tolist()):
-        out[:, i] = np.sqrt(errors[i] ** 2 + _TWO_OVER_PI * q[:, None] * j[None, :k]).mean(axis=1)
+        out[:, i] = np.sqrt(errors[i] ** 2 + _TWO_OVER_PI * excess[:, :k]).mean(axis=1)
     return out
 
 
@@ -120,8 +133,10 @@ class AdaptiveRuns:
         prev: ``(R, U)`` float64 the last fresh release read back (None before U is known).
         prev_time: ``(R,)`` its timestep (-1: none yet).
         prev_error: ``(R,)`` its noise ``E|Z|`` per bin.
-        spread, noise_spread, lag, weight: ``(R,)`` the forgotten sums over pairs of ``Σ|y − y'|/U``,
-            of ``E|Z − Z'|``, of ``t − t'`` and of the pairs' weights (their count, forgotten).
+        spread, noise_spread, lag, weight: ``(R, levels)`` the forgotten sums over pairs of
+            ``Σ|y − y'|/U``, of ``E|Z − Z'|``, of ``t − t'`` and of the pairs' weights (their count,
+            forgotten), each pair in the column of the level its later release was charged at (so
+            that pairs read at different lags stay apart: :meth:`AdaptiveSamplePolicy.drift`).
         pairs: ``(R,)`` how many pairs of fresh releases went into them.
         settled: ``(R,)`` how many of them were read since the level last moved.
     """
@@ -142,7 +157,8 @@ class AdaptiveRuns:
 
 
 _INT_FIELDS = ("level", "next_due", "pending", "pending_level", "prev_time", "pairs", "settled")
-_FLOAT_FIELDS = ("prev_error", "spread", "noise_spread", "lag", "weight")
+#: the per-level forgotten sums (one float per level)
+_SUM_FIELDS = ("spread", "noise_spread", "lag", "weight")
 #: the fields of the squared-change estimate this policy kept before (a journal written then)
 _OLD_FIELDS = ("prev_var", "excess")
 
@@ -158,33 +174,47 @@ class AdaptiveState:
     prev: np.ndarray | None = None
     prev_time: int = -1
     prev_error: float = 0.0
-    spread: float = 0.0
-    noise_spread: float = 0.0
-    lag: float = 0.0
-    weight: float = 0.0
+    spread: tuple[float, ...] = ()
+    noise_spread: tuple[float, ...] = ()
+    lag: tuple[float, ...] = ()
+    weight: tuple[float, ...] = ()
     pairs: int = 0
     settled: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {f: getattr(self, f) for f in _INT_FIELDS}
-        out.update({f: repr(float(getattr(self, f))) for f in _FLOAT_FIELDS})
+        out["prev_error"] = repr(float(self.prev_error))
+        out.update({f: [repr(float(v)) for v in getattr(self, f)] for f in _SUM_FIELDS})
         out["prev"] = None if self.prev is None else encode_array(np.asarray(self.prev, dtype=np.float64))
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AdaptiveState:
+    def from_json(cls, data: dict[str, Any], levels: int) -> AdaptiveState:
+        """The state journaled by :meth:`to_json`, for a policy with ``levels`` choices of ``c``. A state
+        journaled with one pooled sum per field (before pairs were kept apart by level) continues with
+        that sum in the column of its current level: the estimate reads it as pairs at one lag."""
         if isinstance(data, dict) and all(f in data for f in _OLD_FIELDS) and "spread" not in data:
             raise StateError("adaptive-sample state was written by another version of the policy (its drift "
                              "estimate from squared changes): continue the stream with the version that wrote it, "
                              "or start it afresh under a new stream.id")
         try:
             prev = None if data["prev"] is None else decode_array(data["prev"])
-            out = cls(prev=prev, **{f: int(data[f]) for f in _INT_FIELDS},
-                      **{f: float(data[f]) for f in _FLOAT_FIELDS})
+            ints = {f: int(data[f]) for f in _INT_FIELDS}
+            sums = {}
+            for f in _SUM_FIELDS:
+                value = data[f]
+                if isinstance(value, list):
+                    sums[f] = tuple(float(v) for v in value)
+                else:  # one pooled sum (the journal of the version before)
+                    column = [0.0] * levels
+                    column[min(max(ints["level"], 0), levels - 1)] = float(value)
+                    sums[f] = tuple(column)
+            out = cls(prev=prev, prev_error=float(data["prev_error"]), **ints, **sums)
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"malformed adaptive-sample state: {exc}") from exc
-        if not all(math.isfinite(getattr(out, f)) for f in _FLOAT_FIELDS) or out.level < 0 or out.pairs < 0 \
-                or out.settled < 0:
+        finite = math.isfinite(out.prev_error) and all(math.isfinite(v) for f in _SUM_FIELDS for v in getattr(out, f))
+        if not finite or out.level < 0 or out.pairs < 0 or out.settled < 0 \
+                or any(len(getattr(out, f)) != levels for f in _SUM_FIELDS):
             raise StateError("malformed adaptive-sample state: a level, count or sum out of range")
         return out
 
@@ -253,8 +283,9 @@ class AdaptiveSamplePolicy:
     def reset_runs(self, runs: int) -> AdaptiveRuns:
         def ints(v: int) -> np.ndarray:
             return np.full(runs, v, dtype=np.int64)
-        return AdaptiveRuns(ints(self.start_level), ints(0), ints(-1), ints(0), None, ints(-1),
-                            *(np.zeros(runs) for _ in _FLOAT_FIELDS), ints(0), ints(0))
+        levels = len(self.levels)
+        return AdaptiveRuns(ints(self.start_level), ints(0), ints(-1), ints(0), None, ints(-1), np.zeros(runs),
+                            *(np.zeros((runs, levels)) for _ in _SUM_FIELDS), ints(0), ints(0))
 
     def _errors(self, ctx: RunsContext, bins: int) -> np.ndarray:
         """Noise ``E|Z|`` per bin of a release at each level (public; read-only)."""
@@ -304,11 +335,13 @@ class AdaptiveSamplePolicy:
             p = rows[paired]
             lag = (t_new[paired] - state.prev_time[p]).astype(np.float64)
             change = np.abs(y[paired] - state.prev[p]).sum(axis=1) / bins
-            keep = np.exp(-lag / self.memory)
-            state.spread[p] = keep * state.spread[p] + change
-            state.noise_spread[p] = keep * state.noise_spread[p] + _noise_change(e[paired], state.prev_error[p])
-            state.lag[p] = keep * state.lag[p] + lag
-            state.weight[p] = keep * state.weight[p] + 1.0
+            keep = np.exp(-lag / self.memory)[:, None]
+            at = state.pending_level[p]
+            for name, value in (("spread", change), ("noise_spread", _noise_change(e[paired], state.prev_error[p])),
+                                ("lag", lag), ("weight", 1.0)):
+                sums = getattr(state, name)
+                sums[p] *= keep
+                sums[p, at] += value
             state.pairs[p] += 1
             state.settled[p] += 1
         state.prev[rows] = y
@@ -319,11 +352,33 @@ class AdaptiveSamplePolicy:
         if ready.size:
             self._choose(state, ready, errors)
 
-    def drift(self, state: AdaptiveRuns, rows: np.ndarray) -> np.ndarray:
-        """``q̂`` per run in ``rows``: the drift variance per timestep the releases imply (module doc)."""
-        weight = np.maximum(state.weight[rows], 1e-300)
-        a, m, lag = state.spread[rows] / weight, state.noise_spread[rows] / weight, state.lag[rows] / weight
-        return np.maximum((a * a - m * m) / (_TWO_OVER_PI * np.maximum(lag, 1e-300)), 0.0)
+    def drift(self, state: AdaptiveRuns, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(ŝ, q̂)`` per run in ``rows``: the fluctuation ``s`` and the drift ``q`` per timestep the
+        releases imply (module doc). Each level's pairs give the excess ``X = (ā² − m̄²)/(2/π)`` at their
+        mean lag ``L``; ``X = s + q·L`` is fitted by weighted least squares with ``s, q ≥ 0``. Pairs at
+        one lag alone cannot tell the two apart and are read as drift (``s = 0``)."""
+        weight = state.weight[rows]
+        seen = weight > 0
+        safe = np.where(seen, weight, 1.0)
+        a, m, lag = state.spread[rows] / safe, state.noise_spread[rows] / safe, state.lag[rows] / safe
+        x = np.where(seen, (a * a - m * m) / _TWO_OVER_PI, 0.0)
+        w = np.where(seen, weight, 0.0)
+        sw = w.sum(axis=1)
+        mean_l = (w * lag).sum(axis=1) / np.maximum(sw, 1e-300)
+        mean_x = (w * x).sum(axis=1) / np.maximum(sw, 1e-300)
+        dl = np.where(seen, lag - mean_l[:, None], 0.0)
+        sll = (w * dl * dl).sum(axis=1)
+        spread_lags = sll > 1e-9 * np.maximum(mean_l * mean_l * sw, 1e-300)
+        slope = (w * dl * (x - mean_x[:, None])).sum(axis=1) / np.where(spread_lags, sll, 1.0)
+        q = np.where(spread_lags, slope, 0.0)
+        s = mean_x - q * mean_l
+        # the constrained corners: no drift (s = mean X), or no fluctuation (q through the origin)
+        through_origin = np.maximum((w * x * lag).sum(axis=1) / np.maximum((w * lag * lag).sum(axis=1), 1e-300), 0.0)
+        no_drift = spread_lags & (q < 0)
+        no_white = ~spread_lags | (s < 0)
+        q = np.where(no_drift, 0.0, np.where(no_white, through_origin, q))
+        s = np.where(no_drift, np.maximum(mean_x, 0.0), np.where(no_white, 0.0, s))
+        return np.maximum(s, 0.0), np.maximum(q, 0.0)
 
     def _choose(self, state: AdaptiveRuns, rows: np.ndarray, errors: np.ndarray) -> None:
         """Move each run in ``rows`` towards the level of least predicted absolute error
@@ -335,7 +390,8 @@ class AdaptiveSamplePolicy:
         extrapolated to the longer one, and a stream with rare large changes shows none in a few
         short pairs; each step lengthens the lag the estimate reads before the next step is taken.
         More releases per window never miss a change, so that direction needs no such care."""
-        predicted = predicted_errors(errors, self.intervals, self.drift(state, rows))
+        s, q = self.drift(state, rows)
+        predicted = predicted_errors(errors, self.intervals, q, s)
         best = predicted.argmin(axis=1)
         current = state.level[rows]
         ix = np.arange(rows.size)
@@ -351,13 +407,19 @@ class AdaptiveSamplePolicy:
 
     # -- the service's one run -------------------------------------------------------------------
     def reset(self) -> AdaptiveState:
-        return AdaptiveState(level=self.start_level)
+        zeros = (0.0,) * len(self.levels)
+        return AdaptiveState(level=self.start_level, **{f: zeros for f in _SUM_FIELDS})
 
     def to_runs(self, state: AdaptiveState) -> AdaptiveRuns:
         prev = None if state.prev is None else np.array(state.prev, dtype=np.float64)[None, :]
+        levels = len(self.levels)
+
+        def sums(f: str) -> np.ndarray:
+            values = getattr(state, f)
+            return np.array([values or (0.0,) * levels], dtype=np.float64).reshape(1, levels)
         return AdaptiveRuns(*(np.array([getattr(state, f)], dtype=np.int64) for f in _INT_FIELDS[:4]), prev,
-                            np.array([state.prev_time], dtype=np.int64),
-                            *(np.array([getattr(state, f)], dtype=np.float64) for f in _FLOAT_FIELDS),
+                            np.array([state.prev_time], dtype=np.int64), np.array([state.prev_error]),
+                            *(sums(f) for f in _SUM_FIELDS),
                             np.array([state.pairs], dtype=np.int64), np.array([state.settled], dtype=np.int64))
 
     def from_runs(self, runs: AdaptiveRuns) -> AdaptiveState:
@@ -366,9 +428,9 @@ class AdaptiveSamplePolicy:
             prev = runs.prev[0].copy()
             prev.setflags(write=False)
         return AdaptiveState(int(runs.level[0]), int(runs.next_due[0]), int(runs.pending[0]),
-                             int(runs.pending_level[0]), prev, int(runs.prev_time[0]),
-                             *(float(getattr(runs, f)[0]) for f in _FLOAT_FIELDS), int(runs.pairs[0]),
-                             int(runs.settled[0]))
+                             int(runs.pending_level[0]), prev, int(runs.prev_time[0]), float(runs.prev_error[0]),
+                             *(tuple(float(v) for v in getattr(runs, f)[0]) for f in _SUM_FIELDS),
+                             int(runs.pairs[0]), int(runs.settled[0]))
 
     def decide(self, state: AdaptiveState, ctx: DecisionContext) -> tuple[Decision, AdaptiveState]:
         runs = self.to_runs(state)
@@ -382,7 +444,7 @@ class AdaptiveSamplePolicy:
         return state.to_json()
 
     def state_from_json(self, data: dict[str, Any]) -> AdaptiveState:
-        out = AdaptiveState.from_json(data)
+        out = AdaptiveState.from_json(data, len(self.levels))
         if out.level >= len(self.levels) or out.pending_level >= len(self.levels):
             raise StateError(f"adaptive-sample state names level {out.level} of {len(self.levels)}: "
                              "was privacy.w changed? restore the w it was journaled with")

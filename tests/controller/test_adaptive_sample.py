@@ -20,7 +20,13 @@ import pytest
 from controller.accountant import Accountant, WindowAccountant
 from controller.errors import ConfigurationError, StateError
 from controller.method import MethodSpec, build_engine
-from controller.policies.adaptive import AdaptiveRuns, AdaptiveSamplePolicy, AdaptiveState, divisors
+from controller.policies.adaptive import (
+    AdaptiveRuns,
+    AdaptiveSamplePolicy,
+    AdaptiveState,
+    divisors,
+    predicted_errors,
+)
 from controller.step import Engine
 from controller.units import WEvent
 from histogram.lpa import LaplaceMechanism
@@ -168,6 +174,53 @@ def test_a_fast_stream_keeps_releasing_every_timestep():
     assert set(levels[100:]) == {10}
 
 
+def _runs_with_pairs(policy: AdaptiveSamplePolicy, pairs: dict[int, tuple[float, float, float]]) -> AdaptiveRuns:
+    """One run whose level columns hold ``n`` pairs each of mean absolute change ``a``, noise change ``m``
+    at the level's interval: ``pairs = {level: (n, a, m)}``."""
+    runs = policy.reset_runs(1)
+    for level, (n, a, m) in pairs.items():
+        runs.weight[0, level], runs.spread[0, level], runs.noise_spread[0, level] = n, n * a, n * m
+        runs.lag[0, level] = n * policy.intervals[level]
+    return runs
+
+
+def test_pairs_at_two_lags_tell_fluctuation_from_drift():
+    """The excess ``X = (ā² − m̄²)/(2/π)`` of each level's pairs against its lag ``L``: the same excess at
+    lags 1 and 5 is a fluctuation (independent draws: ``s = X``, ``q = 0``); an excess growing as the lag
+    is a drift (``s = 0``, ``q = X/L``); one lag alone is read as drift, as before pairs were kept apart."""
+    policy = AdaptiveSamplePolicy(WEvent(Fraction(1), 10, 10))  # levels c = 1, 2, 5, 10: k = 10, 5, 2, 1
+    g = 2 / np.pi
+    x = lambda a, m: (a * a - m * m) / g  # noqa: E731
+    runs = _runs_with_pairs(policy, {3: (6, 5.0, 3.0), 1: (6, 5.0, 3.0)})  # lags 1 and 5, same changes
+    s, q = policy.drift(runs, np.array([0]))
+    assert s[0] == pytest.approx(x(5.0, 3.0)) and q[0] == 0.0
+    a5 = np.sqrt(9.0 + 5 * g * 4.0)  # q = 4 per timestep: E|Δ|² = m² + (2/π)·q·L
+    runs = _runs_with_pairs(policy, {3: (6, np.sqrt(9.0 + g * 4.0), 3.0), 1: (6, a5, 3.0)})
+    s, q = policy.drift(runs, np.array([0]))
+    assert s[0] == pytest.approx(0.0, abs=1e-9) and q[0] == pytest.approx(4.0)
+    runs = _runs_with_pairs(policy, {1: (6, a5, 3.0)})
+    s, q = policy.drift(runs, np.array([0]))
+    assert s[0] == 0.0 and q[0] == pytest.approx(4.0)
+    # a fluctuation makes republishing cost its full size from the first timestep on: predicted errors
+    e = np.array([1.0, 2.0, 5.0, 10.0])
+    white = predicted_errors(e, policy.intervals, np.array([0.0]), np.array([100.0]))[0]
+    walk = predicted_errors(e, policy.intervals, np.array([100.0 / 5]))[0]
+    assert white[3] == walk[3] == 10.0  # c = w republishes nothing
+    assert white[2] > walk[2]  # at k = 2, the walk has drifted a fifth of its 5-step size
+
+
+def test_independent_draws_reach_a_release_every_timestep_within_a_window():
+    """Independent draws at w = 50, ε = 1, starting at c = 10: the pairs read at k = 5 and then at
+    k = 2 show the same change, a fluctuation, so the policy goes on to c = 50 within 30 timesteps.
+    With the pairs pooled over lags, the change was divided by the pooled mean lag, which the early
+    pairs at k = 5 kept long until forgotten: it reached c = 50 after 33–57 timesteps here."""
+    rng = np.random.default_rng(21)
+    series = rng.lognormal(5.0, 1.0, (300, 1)).round().astype(np.int64)
+    for seed in (1, 2, 3, 4, 5):
+        levels = _run_levels(series, Fraction(1), 50, 10, seed=seed)
+        assert set(levels[30:]) == {50}, (seed, {c: levels.count(c) for c in set(levels)})
+
+
 def test_a_random_walk_settles_between_the_extremes():
     """Drift q per timestep and noise r(c) = 2(c/ε)²: the predicted error r(c) + q(w/c − 1)/2 is least
     at an inner c; the policy settles there (its estimate is unbiased for a random walk)."""
@@ -260,16 +313,35 @@ def test_a_restart_from_the_journal_continues_bit_for_bit():
 
 
 def test_state_json_round_trips_and_rejects_damage():
-    policy = AdaptiveSamplePolicy(WEvent(Fraction(1), 4, 4))
+    policy = AdaptiveSamplePolicy(WEvent(Fraction(1), 4, 4))  # levels c = 1, 2, 4
     state = AdaptiveState(level=1, next_due=7, pending=-1, pending_level=2, prev=np.array([1.5, -2.0]),
-                          prev_time=6, prev_error=8.0, spread=3.25, noise_spread=2.5, lag=12.0, weight=3.5,
-                          pairs=5, settled=2)
+                          prev_time=6, prev_error=8.0, spread=(0.0, 3.25, 1.0), noise_spread=(0.0, 2.5, 0.5),
+                          lag=(0.0, 12.0, 1.0), weight=(0.0, 3.5, 1.0), pairs=5, settled=2)
     back = policy.state_from_json(json.loads(json.dumps(policy.state_to_json(state))))
     assert back.to_json() == state.to_json()
     with pytest.raises(StateError, match="privacy.w"):
         policy.state_from_json({**state.to_json(), "level": 9})
     with pytest.raises(StateError, match="malformed"):
         policy.state_from_json({k: v for k, v in state.to_json().items() if k != "spread"})
+    with pytest.raises(StateError, match="out of range"):  # sums for another number of levels
+        policy.state_from_json({**state.to_json(), "lag": ["1.0", "2.0"]})
+
+
+def test_a_journal_of_pooled_sums_continues_with_them_at_its_level():
+    """A state journaled when the pairs' sums were pooled over all lags (one float per field) continues:
+    the pooled sums go to the column of the level in force, read as pairs at one lag, and the stream
+    goes on with the same decision state otherwise."""
+    policy = AdaptiveSamplePolicy(WEvent(Fraction(1), 4, 4))
+    pooled = {"level": 1, "next_due": 7, "pending": -1, "pending_level": 2, "prev_time": 6, "pairs": 5,
+              "settled": 2, "prev_error": "8.0", "spread": "3.25", "noise_spread": "2.5", "lag": "12.0",
+              "weight": "3.5", "prev": None}
+    state = policy.state_from_json(pooled)
+    assert state.spread == (0.0, 3.25, 0.0) and state.weight == (0.0, 3.5, 0.0) and state.lag == (0.0, 12.0, 0.0)
+    assert (state.level, state.next_due, state.pairs, state.prev_error) == (1, 7, 5, 8.0)
+    runs = policy.to_runs(state)
+    s, q = policy.drift(runs, np.array([0]))
+    pooled_q = (3.25 ** 2 - 2.5 ** 2) / 3.5 ** 2 / (2 / np.pi * 12.0 / 3.5)  # the pooled estimate before
+    assert s[0] == 0.0 and q[0] == pytest.approx(pooled_q)
 
 
 def test_a_journal_of_the_squared_change_estimate_is_refused_with_what_to_do():
