@@ -130,7 +130,7 @@ AUTO_CONFIG = {
     "schema": {"user_id": "uid", "event_time": "ts",
                "attributes": [{"name": "a", "kind": "categorical", "values": ["v0", "v1", "v2", "v3"]}]},
     "privacy": {"unit": "w-event", "epsilon": 1, "w": 5, "cutoff": 3, "population": 200},
-    "release": {"decision": "auto", "planner": {"timesteps": 30, "runs": 1}},
+    "release": {"decision": "auto", "planner": {"timesteps": 30, "runs": 1, "realisations": 1}},
 }
 
 

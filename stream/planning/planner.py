@@ -21,7 +21,8 @@ streams** (:data:`SCENARIOS`): the six families of :mod:`stream.planning.familie
 benchmark's shapes) with the declared population as their peak, and the ``steady`` stream, the
 declared population at every timestep (a census, a hospital's patients: what
 ``privacy.population``, "people per timestep", says the stream is); their totals are spread over
-the ``U`` bins by a fixed Dirichlet share (:func:`scenario`), ``runs`` seeded runs each. The
+the ``U`` bins by a fixed Dirichlet share (:func:`scenario`), ``realisations`` draws of each
+(scenario seeds ``13, 14, …``), each simulated once with its own noise seed. The
 planner chooses the candidate whose largest **regret** over the scenarios, its mean absolute
 error per bin less the best candidate's on the same scenario (counts per bin), is smallest
 (minimax regret: the most robust across shapes it cannot know), among those never worse than the
@@ -108,8 +109,12 @@ FILTER_CHAINS = {"kalman": KALMAN_CHAIN, "model": MODEL_CHAIN, "model-trend": MO
 _SELF_SMOOTHING = ("fast", "pegasus")
 #: Planning horizon: at most this many timesteps per scenario (and at most N, user-level).
 MAX_TIMESTEPS = 200
-#: Default seeded runs per scenario and candidate.
+#: Default seeded runs per candidate on a declared-public history.
 RUNS = 2
+#: Default draws of each synthetic scenario (one seeded run each): measured, one draw decided the plan
+#: at ε = 1, w = 50 by its realisation alone (``docs/results.md``, "The planner draws each family
+#: four times").
+REALISATIONS = 4
 #: Dirichlet concentration of the public bin shares of a synthetic scenario (1: uniform on the simplex).
 ALPHA = 1.0
 #: The scenario of a stream that is what ``privacy.population`` declares: that many people at every
@@ -225,6 +230,7 @@ def public_facts(settings: Any) -> dict[str, Any]:
             "mechanism": r.mechanism, "threshold": r.threshold,
             "public_history": None if planner is None else planner.public_history,
             "runs": RUNS if planner is None else planner.runs,
+            "realisations": REALISATIONS if planner is None else planner.realisations,
             "timesteps": MAX_TIMESTEPS if planner is None else planner.timesteps}
 
 
@@ -395,11 +401,17 @@ def _chain_errors(settings: Any, chain: str, truths: list[np.ndarray], traces: l
     return out
 
 
-def simulate(settings: Any, streams: list[np.ndarray], runs: int, seed: int
+def simulate(settings: Any, streams: list[np.ndarray] | list[list[np.ndarray]], runs: int, seed: int
              ) -> tuple[dict[str, list[float]], dict[str, Candidate]]:
     """Every candidate's mean absolute error per bin on each stream (mean over ``runs`` seeded runs;
     run ``r`` on stream ``i`` draws from seed ``seed + 100·i + r``), and the candidates by name.
-    The ``model`` and ``model-trend`` filters are simulated over the schedules of :data:`MODEL_BASES` only."""
+    A stream is one series for all its runs, or a list of ``runs`` series (run ``r`` on the
+    ``r``-th: draws of one family). The ``model`` and ``model-trend`` filters are simulated over the
+    schedules of :data:`MODEL_BASES` only."""
+    truths = [list(t) if isinstance(t, list | tuple) else [t] * runs for t in streams]
+    if any(len(t) != runs for t in truths):
+        raise ValueError(f"simulate: a stream given as draws needs one per run ({runs}), got "
+                         f"{sorted({len(t) for t in truths})}")
 
     posts = (*SERVICE_POST, *FILTER_CHAINS)
     mae: dict[str, list[float]] = {}
@@ -410,11 +422,11 @@ def simulate(settings: Any, streams: list[np.ndarray], runs: int, seed: int
         # fast and pegasus publish their own filtered values: no filter after them (never publishable)
         mine = tuple(p for p in posts if (p not in FILTER_CHAINS or bc.decision not in _SELF_SMOOTHING)
                      and (p not in MODEL_POST or bc.decision in MODEL_BASES))
-        done = [[_simulate(s, truth, seed + 100 * i + r, mine) for r in range(runs)]
-                for i, truth in enumerate(streams)]
+        done = [[_simulate(s, truth[r], seed + 100 * i + r, mine) for r in range(runs)]
+                for i, truth in enumerate(truths)]
         per_stream = [{p: float(np.mean([e[p] for e, _ in d])) for p in mine if p not in MODEL_POST} for d in done]
         for post in (p for p in MODEL_POST if p in mine):  # every stream's runs through the filter at once
-            errs = _chain_errors(s, FILTER_CHAINS[post], [t for t in streams for _ in range(runs)],
+            errs = _chain_errors(s, FILTER_CHAINS[post], [t for ts in truths for t in ts],
                                  [tr for d in done for _, tr in d])
             for i, row in enumerate(per_stream):
                 row[post] = float(np.mean(errs[i * runs:(i + 1) * runs]))
@@ -501,14 +513,18 @@ def plan(settings: Any, *, runs: int | None = None) -> Plan:
         return _CACHE[key]
     base = _concrete(settings)
     bins = facts["bins"]
+    streams: dict[str, list[np.ndarray]]
     if facts["public_history"]:  # its last `timesteps` rows (start-up time stays bounded)
-        streams = {"public-history": _history(facts["public_history"], bins)[-int(facts["timesteps"]):]}
+        history = _history(facts["public_history"], bins)[-int(facts["timesteps"]):]
+        streams = {"public-history": [history] * int(facts["runs"])}
     else:
         steps = planning_timesteps(facts)
         population = facts["population"] or bins
-        streams = {f: scenario(f, steps, bins, population) for f in SCENARIOS}
-    mae, cands = simulate(base, list(streams.values()), int(facts["runs"]), NOISE_SEED)
-    zero = tuple(stream_errors(_workload(t), np.zeros(t.shape))[0]["mae"] for t in streams.values())
+        streams = {f: [scenario(f, steps, bins, population, SCENARIO_SEED + r) for r in range(int(facts["realisations"]))]
+                   for f in SCENARIOS}
+    mae, cands = simulate(base, list(streams.values()), len(next(iter(streams.values()))), NOISE_SEED)
+    zero = tuple(float(np.mean([stream_errors(_workload(t), np.zeros(t.shape))[0]["mae"] for t in draws]))
+                 for draws in streams.values())
     declared = [i for i, name in enumerate(streams) if name in (STEADY, "public-history")]
     scores, order = rank(mae, zero=zero, guard_on=declared)
     lab_choice = cands[order[0]]
@@ -580,7 +596,8 @@ def _explain(p: Plan, chosen: Any) -> Plan:
     c = p.choice.name
     reasons = [f"planner (decision: auto, public information only: {unit}, C={f['cutoff']}, "
                f"{f['bins']} bins, {f['mechanism']}): simulated {len(p.scores)} candidates on {where}, "
-               f"{f['runs']} seeded run(s) each"]
+               + (f"{f['runs']} seeded run(s)" if p.scenarios == ("public-history",) else
+                  f"{f['realisations']} draw(s) of each, one seeded run each")]
     runner = next((n for n in service_ranked if n != c), None)
     within = sum(m <= TOLERANCE * min(v[i] for v in p.mae.values()) for i, m in enumerate(p.mae[c]))
     worst = max(m - min(v[i] for v in p.mae.values()) for i, m in enumerate(p.mae[c]))

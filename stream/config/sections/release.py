@@ -92,13 +92,17 @@ class PlannerSection(Section):
     """``release.planner``: options of ``decision: auto`` (:mod:`stream.planning.planner`).
 
     ``public_history``: a counts file the user **declares public** (read by the planner instead of
-    synthetic streams; never the stream's own input). ``runs``: seeded simulation runs per stream;
-    ``timesteps``: length of each synthetic stream (more: slower start-up, steadier choice).
+    synthetic streams; never the stream's own input). ``runs``: seeded simulation runs on the public
+    history (and on each online re-plan's releases); ``realisations``: draws of each synthetic family
+    (each its own seeded series, simulated once: a family is a distribution of streams, and a
+    schedule that learns can win on one draw and lose on the next); ``timesteps``: length of each
+    synthetic stream (more: slower start-up, steadier choice).
     ``online``: re-plan from the stream's own releases as they accumulate (:class:`OnlineSection`).
     """
 
     public_history: str | None = None
     runs: int = Field(default=2, ge=1, le=50)
+    realisations: int = Field(default=4, ge=1, le=50)
     timesteps: int = Field(default=200, ge=10, le=5000)
     online: OnlineSection | None = None
 

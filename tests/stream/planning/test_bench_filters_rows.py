@@ -58,7 +58,7 @@ def test_evaluate_in_this_process_writes_the_bytes_of_the_command(tmp_path) -> N
     cfg, counts = bf.generate("sudden", tmp_path / "g", 120)
     config = yaml.safe_load(cfg.read_text())
     config["privacy"].update({"epsilon": 1.0, "unit": "w-event", "w": 10})
-    config["release"]["planner"] = {"runs": 1, "timesteps": 40}  # a short plan: this checks the bytes only
+    config["release"]["planner"] = {"runs": 1, "realisations": 1, "timesteps": 40}  # a short plan: this checks the bytes only
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
     args = ["evaluate", "-c", str(tmp_path / "c.yaml"), "--input", str(counts), "--counts", "--methods",
             "fixed+model+nonnegative,adapub,auto", "--runs", "2", "--queries", "0", "--progress", "off", "--jobs", "1"]

@@ -21,7 +21,7 @@ def _config(*, unit: str = "w-event", decision: str = "uniform", every: int = 8,
             online: bool = True, postprocess: str = "none") -> dict:
     privacy = ({"unit": "w-event", "epsilon": 1, "w": 4, "cutoff": 2, "population": 200} if unit == "w-event"
                else {"unit": "user-level", "epsilon": 1, "horizon": 40, "cutoff": 4, "population": 200})
-    planner = {"timesteps": 16, "runs": 1, **({"online": {"every": every, "min_releases": min_releases}}
+    planner = {"timesteps": 16, "runs": 1, "realisations": 1, **({"online": {"every": every, "min_releases": min_releases}}
                                               if online else {})}
     return {
         "stream": {"id": "t", "timestep": "1h", "start": "2024-01-01T00:00:00Z"},

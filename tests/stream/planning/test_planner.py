@@ -27,7 +27,7 @@ def _config(*, decision: str = AUTO, epsilon: float = 1, w: int = 5, bins: int =
             cutoff: int = 3, threshold: float = 0.025, noise_floor: bool = False,
             history: str | None = None) -> dict:
     release = {"decision": decision, "threshold": threshold, "noise_floor": noise_floor,
-               "planner": {"timesteps": 30, "runs": 1, **({"public_history": history} if history else {})}}
+               "planner": {"timesteps": 30, "runs": 1, "realisations": 1, **({"public_history": history} if history else {})}}
     return {
         "stream": {"id": "t", "timestep": "1h", "start": "2024-01-01T00:00:00Z"},
         "schema": {"user_id": "uid", "event_time": "ts",
@@ -313,3 +313,30 @@ def test_the_steady_scenario_is_the_declared_population_at_every_timestep() -> N
     assert s.shape == (40, 12) and (s.sum(axis=1) == 300).all()
     assert planner.SCENARIOS[-1] == planner.STEADY  # last: the families keep their seeds
     assert (planner.scenario(planner.STEADY, 5, 1, 7) == 7).all()
+
+
+def test_each_run_on_its_own_draw_of_a_family_scores_as_the_draws_alone() -> None:
+    """``release.planner.realisations``: each synthetic family is drawn that many times (scenario seeds
+    13, 14, …), each draw simulated once with its own noise seed. A candidate's score is the mean of
+    its errors on the draws, each exactly what that draw alone (with the same noise seed) gives; the
+    zero release's is the mean of the draws' too. One draw is the plan before (seed 13)."""
+    s = _settings(decision="fixed", epsilon=0.5, w=4, bins=3, population=300)
+    draws = [planner.scenario("sudden", 40, 3, 300, planner.SCENARIO_SEED + r) for r in range(2)]
+    assert not np.array_equal(draws[0], draws[1])
+    both, _ = planner.simulate(s, [draws], 2, 50)
+    alone = [planner.simulate(s, [d], 1, 50 + r)[0] for r, d in enumerate(draws)]
+    assert set(both) == set(alone[0])
+    for name, (mae,) in both.items():
+        assert mae == pytest.approx(np.mean([a[name][0] for a in alone]), rel=1e-12), name
+    with pytest.raises(ValueError, match="one per run"):
+        planner.simulate(s, [draws], 3, 50)
+
+    cfg = _config(population=300, bins=3)
+    cfg["release"]["planner"]["realisations"] = 3
+    p = plan(Settings(**cfg).validate_all())
+    zeros = [[np.abs(planner.scenario(f, 30, 3, 300, planner.SCENARIO_SEED + r)).mean() for r in range(3)]
+             for f in planner.SCENARIOS]
+    assert list(p.zero_mae) == pytest.approx([np.mean(z) for z in zeros], rel=1e-12)
+    assert p.facts["realisations"] == 3 and "3 draw(s) of each" in p.reasons[0]
+    one = plan(_settings(population=300, bins=3))  # realisations 1: seed 13 alone, as before
+    assert list(one.zero_mae) == pytest.approx([z[0] for z in zeros], rel=1e-12)
