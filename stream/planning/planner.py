@@ -515,14 +515,13 @@ def plan(settings: Any, *, runs: int | None = None) -> Plan:
     bins = facts["bins"]
     streams: dict[str, list[np.ndarray]]
     if facts["public_history"]:  # its last `timesteps` rows (start-up time stays bounded)
+        count = int(facts["runs"])  # noise draws on the one history
         history = _history(facts["public_history"], bins)[-int(facts["timesteps"]):]
-        streams = {"public-history": [history] * int(facts["runs"])}
-    else:
-        steps = planning_timesteps(facts)
-        population = facts["population"] or bins
-        streams = {f: [scenario(f, steps, bins, population, SCENARIO_SEED + r) for r in range(int(facts["realisations"]))]
-                   for f in SCENARIOS}
-    mae, cands = simulate(base, list(streams.values()), len(next(iter(streams.values()))), NOISE_SEED)
+        streams = {"public-history": [history] * count}
+    else:  # draws of each family, one seeded run each
+        count, steps, population = int(facts["realisations"]), planning_timesteps(facts), facts["population"] or bins
+        streams = {f: [scenario(f, steps, bins, population, SCENARIO_SEED + r) for r in range(count)] for f in SCENARIOS}
+    mae, cands = simulate(base, list(streams.values()), count, NOISE_SEED)
     zero = tuple(float(np.mean([stream_errors(_workload(t), np.zeros(t.shape))[0]["mae"] for t in draws]))
                  for draws in streams.values())
     declared = [i for i, name in enumerate(streams) if name in (STEADY, "public-history")]
