@@ -55,6 +55,7 @@ class MethodSpec:
         sensitivity: per-person per-timestep contribution bound Δ.
         noise_floor: add the last release's expected L1 noise (public) to the
             threshold, so T measures change in the data rather than noise.
+        min_per_window: Adaptive Sample's fewest fresh releases per window (None: no floor).
     """
 
     decision: str
@@ -67,6 +68,7 @@ class MethodSpec:
     burn_in: int = 0
     sensitivity: int = 1
     noise_floor: bool = False
+    min_per_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.decision not in METHODS:
@@ -101,6 +103,10 @@ class MethodSpec:
             isinstance(self.population, bool) or not isinstance(self.population, int) or self.population < 1
         ):
             raise ConfigurationError(f"privacy.population must be a whole number >= 1, got {self.population!r}")
+        if self.min_per_window is not None and self.decision != "adaptive-sample":
+            raise ConfigurationError(f"release.min_per_window is Adaptive Sample's floor on its releases per window; "
+                                     f"{self.decision} does not read it: remove it or set release.decision: "
+                                     "adaptive-sample")
         if not isinstance(self.threshold, int | float) or not 0 <= float(self.threshold) <= 2:
             raise ConfigurationError(f"release.threshold must lie in [0, 2] (normalised L1 distance), got {self.threshold!r}")
 
@@ -138,7 +144,8 @@ def build_policy(spec: MethodSpec, bins: int) -> DecisionPolicy:
     if spec.decision == "adapub":
         return AdaPubPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
     if spec.decision == "adaptive-sample":
-        return AdaptiveSamplePolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
+        return AdaptiveSamplePolicy(unit, spec.sensitivity,  # type: ignore[arg-type]
+                                    min_releases=1 if spec.min_per_window is None else spec.min_per_window)
     if spec.decision == "rescuedp":
         return RescueDPPolicy(unit, spec.sensitivity)  # type: ignore[arg-type]
     adaptive = spec.decision == "dsat"

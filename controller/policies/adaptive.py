@@ -230,6 +230,12 @@ class AdaptiveSamplePolicy:
         memory: timesteps over which a pair's weight falls by ``e`` (the estimate's forgetting).
         min_pairs: pairs of fresh releases read before the first move.
         hysteresis: a move needs a predicted error at least this much (relative) below the current's.
+        min_releases: the fewest fresh releases per window it may choose (``release.min_per_window``;
+            the smallest divisor of ``w`` not below it): its longest interval is ``w`` over that. A
+            floor bounds how stale a release can get before the next, whatever calm the releases
+            have shown so far (a stream with rare level shifts shows none for a while; the planner
+            weighs the floor against the freedom to coarsen: ``docs/results.md``, "A floor under
+            Adaptive Sample"). 1: no floor.
     """
 
     unit: WEvent
@@ -237,6 +243,7 @@ class AdaptiveSamplePolicy:
     memory: float = 200.0
     min_pairs: int = 4
     hysteresis: float = 0.1
+    min_releases: int = 1
     name: str = "adaptive-sample"
 
     def __post_init__(self) -> None:
@@ -247,6 +254,10 @@ class AdaptiveSamplePolicy:
             raise ConfigurationError(f"{self.name} min_pairs must be a whole number >= 1, got {self.min_pairs!r}")
         if not 0 <= self.hysteresis < 1:
             raise ConfigurationError(f"{self.name} hysteresis must lie in [0, 1), got {self.hysteresis!r}")
+        if isinstance(self.min_releases, bool) or not isinstance(self.min_releases, int) \
+                or not 1 <= self.min_releases <= self.unit.w:
+            raise ConfigurationError(f"release.min_per_window must be a whole number of fresh releases per window "
+                                     f"between 1 and privacy.w = {self.unit.w}, got {self.min_releases!r}")
 
     @cached_property
     def levels(self) -> tuple[int, ...]:
@@ -254,9 +265,16 @@ class AdaptiveSamplePolicy:
         return divisors(self.unit.w)
 
     @cached_property
+    def floor_level(self) -> int:
+        """Index of the fewest releases per window allowed: the smallest divisor of ``w`` not below
+        :attr:`min_releases`."""
+        return min(i for i, c in enumerate(self.levels) if c >= self.min_releases)
+
+    @cached_property
     def start_level(self) -> int:
-        """Index of the starting ``c``: the largest divisor of ``w`` not above ``privacy.cutoff``."""
-        return max(i for i, c in enumerate(self.levels) if c <= self.unit.cutoff)
+        """Index of the starting ``c``: the largest divisor of ``w`` not above ``privacy.cutoff``, or
+        the floor if that is above it."""
+        return max(self.floor_level, max(i for i, c in enumerate(self.levels) if c <= self.unit.cutoff))
 
     @cached_property
     def intervals(self) -> np.ndarray:
@@ -392,6 +410,7 @@ class AdaptiveSamplePolicy:
         More releases per window never miss a change, so that direction needs no such care."""
         s, q = self.drift(state, rows)
         predicted = predicted_errors(errors, self.intervals, q, s)
+        predicted[:, :self.floor_level] = np.inf  # below the floor: never chosen
         best = predicted.argmin(axis=1)
         current = state.level[rows]
         ix = np.arange(rows.size)
@@ -451,6 +470,9 @@ class AdaptiveSamplePolicy:
         return out
 
     def describe(self) -> dict[str, Any]:
-        return {"decision": self.name, "releases_per_window": list(self.levels),
-                "start": self.levels[self.start_level], "memory": self.memory, "min_pairs": self.min_pairs,
-                "hysteresis": self.hysteresis}
+        out = {"decision": self.name, "releases_per_window": list(self.levels),
+               "start": self.levels[self.start_level], "memory": self.memory, "min_pairs": self.min_pairs,
+               "hysteresis": self.hysteresis}
+        if self.floor_level:  # a floor is set (release.min_per_window)
+            out["min_releases"] = self.levels[self.floor_level]
+        return out

@@ -99,6 +99,11 @@ def method_spec(settings: SettingsView, decision: str | None = None) -> MethodSp
         raise ConfigurationError(
             "release.decision: auto is replaced by the planner's choice before use: load the configuration "
             "with a dpstream command (check-config, run, evaluate, replay) or stream.commands.load_resolved")
+    method = decision or r.decision
+    if r.min_per_window is not None and decision is None and method != "adaptive-sample":
+        raise ConfigurationError(f"release.min_per_window is Adaptive Sample's floor on its fresh releases per window; "
+                                 f"release.decision {method} does not read it: remove it or set release.decision: "
+                                 "adaptive-sample")
     tables = model_tables(settings)
     return MethodSpec(
         decision=decision or r.decision,
@@ -111,6 +116,7 @@ def method_spec(settings: SettingsView, decision: str | None = None) -> MethodSp
         burn_in=r.burn_in,
         sensitivity=p.contribution_bound * tables,
         noise_floor=r.noise_floor,
+        min_per_window=r.min_per_window if method == "adaptive-sample" else None,
     )
 
 

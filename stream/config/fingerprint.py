@@ -69,6 +69,8 @@ def _release_view(settings: SettingsView) -> dict[str, Any]:
     """``release.*`` as JSON; the model mechanisms' sections only when set (unset, they change no
     existing stream's fingerprint)."""
     view = settings.release.model_dump(mode="json", exclude={"planner"})  # how, not what, is chosen
+    if view.get("min_per_window") is None:  # unset, it changes no existing stream's fingerprint
+        view.pop("min_per_window", None)
     planner = settings.release.planner
     if planner is not None and planner.online is not None:  # re-planning changes what is released
         view["planner_online"] = {**planner.online.model_dump(mode="json"), "runs": planner.runs,

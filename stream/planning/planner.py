@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from controller.method import METHODS
+from controller.policies.adaptive import divisors
 from controller.runs import step_run
 from histogram.accuracy import RunErrors, Workload, stream_errors
 from histogram.noise import Randomness
@@ -142,16 +143,19 @@ class Candidate:
             (``release.postprocess``; ``kalman`` is the chain ``nonnegative+kalman``, ``model`` the chain
             ``model+nonnegative``, ``model-trend`` the chain ``model-trend+nonnegative``).
         noise_floor: DSFT/DSAT's ``release.noise_floor`` (None: as configured; other methods).
+        min_per_window: Adaptive Sample's ``release.min_per_window`` (None: no floor; other methods).
     """
 
     decision: str
     post: str = "none"
     noise_floor: bool | None = None
+    min_per_window: int | None = None
 
     @property
     def name(self) -> str:
         nf = "(noise_floor)" if self.noise_floor else ""
-        return f"{self.decision}{nf}" + ("" if self.post == "none" else f"+{self.post}")
+        floor = "" if self.min_per_window is None else f"(min_per_window={self.min_per_window})"
+        return f"{self.decision}{nf}{floor}" + ("" if self.post == "none" else f"+{self.post}")
 
     @property
     def service(self) -> bool:
@@ -168,10 +172,14 @@ class Candidate:
         out: dict[str, Any] = {"decision": self.decision, "postprocess": FILTER_CHAINS.get(self.post, self.post)}
         if self.noise_floor is not None:
             out["noise_floor"] = self.noise_floor
+        out["min_per_window"] = self.min_per_window  # only Adaptive Sample reads it
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "decision": self.decision, "post": self.post, "noise_floor": self.noise_floor}
+        out = {"name": self.name, "decision": self.decision, "post": self.post, "noise_floor": self.noise_floor}
+        if self.min_per_window is not None:
+            out["min_per_window"] = self.min_per_window
+        return out
 
 
 @dataclass(frozen=True)
@@ -231,7 +239,9 @@ def public_facts(settings: Any) -> dict[str, Any]:
             "public_history": None if planner is None else planner.public_history,
             "runs": RUNS if planner is None else planner.runs,
             "realisations": REALISATIONS if planner is None else planner.realisations,
-            "timesteps": MAX_TIMESTEPS if planner is None else planner.timesteps}
+            "timesteps": MAX_TIMESTEPS if planner is None else planner.timesteps,
+            # Adaptive Sample's floor, when set (unset, the facts and their cache key are as before)
+            **({} if r.min_per_window is None else {"min_per_window": r.min_per_window})}
 
 
 def planning_timesteps(facts: dict[str, Any]) -> int:
@@ -431,7 +441,7 @@ def simulate(settings: Any, streams: list[np.ndarray] | list[list[np.ndarray]], 
             for i, row in enumerate(per_stream):
                 row[post] = float(np.mean(errs[i * runs:(i + 1) * runs]))
         for p in mine:
-            c = Candidate(bc.decision, p, bc.noise_floor)
+            c = Candidate(bc.decision, p, bc.noise_floor, bc.min_per_window)
             cands[c.name] = c
             # non-finite: unusable (e.g. kalman over FAST, which publishes no interval to weigh by)
             mae[c.name] = [row[p] if math.isfinite(row[p]) else math.inf for row in per_stream]
@@ -463,6 +473,8 @@ def _bases(settings: Any) -> list[Candidate]:
                 continue  # DSFT/DSAT need a declared population
             out.append(Candidate(base, noise_floor=False))
             out.append(Candidate(base, noise_floor=True))
+        elif base == "adaptive-sample":
+            out.extend(_adaptive_candidates(settings))
         else:
             out.append(Candidate(base))
     if not out:
@@ -470,10 +482,28 @@ def _bases(settings: Any) -> list[Candidate]:
     return out
 
 
-def _concrete(settings: Any) -> Any:
-    """``settings`` with ``release.decision`` set to a runnable placeholder (for re-validation)."""
+def _adaptive_candidates(settings: Any) -> list[Candidate]:
+    """Adaptive Sample as configured (``release.min_per_window``, unset: no floor) and, when unset and
+    the policy starts below ``w`` releases per window, also floored at its start: never fewer fresh
+    releases per window than it starts with (``privacy.cutoff``), so never staler than at its start.
+    Measured (``docs/results.md``, "A floor under Adaptive Sample"): a stream with rare level shifts
+    looks calm until its first shift, and without a floor the policy coarsens to one release in 25
+    timesteps before it (w = 50) and then misses the shift for up to that long."""
+    configured = settings.release.min_per_window
+    out = [Candidate("adaptive-sample", min_per_window=configured)]
+    if configured is None:
+        w = int(settings.privacy.w)
+        start = max(c for c in divisors(w) if c <= settings.privacy.cutoff)  # the policy's start_level
+        if start < w:  # at w releases per window a floor at the start is Uniform
+            out.append(Candidate("adaptive-sample", min_per_window=start))
+    return out
 
-    return settings.with_changes({"release": {"decision": "uniform"}}) if settings.release.decision == AUTO \
+
+def _concrete(settings: Any) -> Any:
+    """``settings`` with ``release.decision`` set to a runnable placeholder (for re-validation):
+    Uniform, or Adaptive Sample when ``release.min_per_window`` (its floor) is set."""
+    placeholder = "uniform" if settings.release.min_per_window is None else "adaptive-sample"
+    return settings.with_changes({"release": {"decision": placeholder}}) if settings.release.decision == AUTO \
         else settings
 
 

@@ -149,9 +149,11 @@ def test_adaptive_sample_audit_catches(variant):
 # The estimate and the choice
 
 
-def _run_levels(series: np.ndarray, epsilon: Fraction, w: int, cutoff: int, seed: int = 1) -> list[int]:
+def _run_levels(series: np.ndarray, epsilon: Fraction, w: int, cutoff: int, seed: int = 1,
+                floor: int | None = None) -> list[int]:
     """The releases per window (``c``) in force at each timestep of one seeded engine run."""
-    engine = build_engine(MethodSpec("adaptive-sample", WEvent(epsilon, w, cutoff)), LaplaceMechanism(), series.shape[1])
+    spec = MethodSpec("adaptive-sample", WEvent(epsilon, w, cutoff), min_per_window=floor)
+    engine = build_engine(spec, LaplaceMechanism(), series.shape[1])
     policy = engine.policy
     state, rnd, out = engine.initial_state(), Randomness.seeded(seed), []
     for t, h in enumerate(series):
@@ -165,6 +167,31 @@ def test_a_still_stream_moves_to_sample():
     series = np.full((400, 1), 500, dtype=np.int64)
     levels = _run_levels(series, Fraction(1, 10), 10, 10)
     assert levels[0] == 10 and levels[-1] == 1
+
+
+def test_a_floor_holds_a_still_stream_at_its_releases_per_window():
+    """``release.min_per_window``: the still stream that moves to Sample without a floor stays at the
+    floor (the smallest divisor of w not below it), and starts there if the cutoff is below it."""
+    series = np.full((400, 1), 500, dtype=np.int64)
+    assert set(_run_levels(series, Fraction(1, 10), 10, 10, floor=5)[100:]) == {5}
+    assert set(_run_levels(series, Fraction(1, 10), 10, 10, floor=3)[100:]) == {5}  # 3 ∤ 10: the next divisor
+    levels = _run_levels(series, Fraction(1, 10), 10, 2, floor=5)
+    assert levels[0] == 5 and min(levels) == 5
+    # a fast stream still moves above the floor
+    fast = np.random.default_rng(4).integers(0, 2000, (400, 1))
+    assert set(_run_levels(fast, Fraction(1), 10, 10, floor=5)[100:]) == {10}
+
+
+def test_a_floor_is_checked_and_only_adaptive_sample_takes_it():
+    with pytest.raises(ConfigurationError, match="min_per_window"):
+        AdaptiveSamplePolicy(WEvent(Fraction(1), 10, 10), min_releases=11)
+    with pytest.raises(ConfigurationError, match="min_per_window"):
+        AdaptiveSamplePolicy(WEvent(Fraction(1), 10, 10), min_releases=0)
+    with pytest.raises(ConfigurationError, match="min_per_window"):
+        MethodSpec("uniform", WEvent(Fraction(1), 10, 10), min_per_window=5)
+    p = AdaptiveSamplePolicy(WEvent(Fraction(1), 50, 10), min_releases=10)
+    assert p.describe()["min_releases"] == 10
+    assert "min_releases" not in AdaptiveSamplePolicy(WEvent(Fraction(1), 50, 10)).describe()
 
 
 def test_a_fast_stream_keeps_releasing_every_timestep():

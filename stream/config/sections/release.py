@@ -117,6 +117,9 @@ class ReleaseSection(Section):
     svt_split: Literal["lyu", "even"] = "lyu"
     burn_in: int = Field(default=0, ge=0)
     noise_floor: bool = False
+    #: Adaptive Sample's fewest fresh releases per window of ``w`` (its longest interval is ``w``
+    #: over the smallest divisor of ``w`` not below this); unset: no floor. Public; no ε
+    min_per_window: int | None = Field(default=None, ge=1)
     #: free post-processing of the published counts (:mod:`histogram.postprocess`; no ε): a chain
     #: of ``nonnegative``, ``integer``, ``kalman``/``ewma`` applied left to right, written
     #: ``kalman+nonnegative`` or as a list; stored in that canonical text (``none``: as drawn)

@@ -242,11 +242,44 @@ def test_the_planner_simulates_the_model_filter_and_publishes_its_chain() -> Non
     ``release.postprocess: model+nonnegative``; fast/pegasus get no filter."""
     p = plan(_settings(epsilon=0.1, w=10))
     models = {n for n in p.mae if n.endswith("+model")}
-    assert models == {f"{b}+model" for b in planner.MODEL_BASES}, models
+    assert models == {f"{b}+model" for b in planner.MODEL_BASES} | {"adaptive-sample(min_per_window=2)+model"}, models
     assert not [n for n in p.mae if n.startswith(("fast+", "pegasus+")) and n.endswith(("+model", "+kalman"))]
     c = planner.Candidate("fixed", "model")
     assert c.publishable(None) and c.release_changes()["postprocess"] == "model+nonnegative"
     Settings(**_config(decision="fixed")).validate_all().with_changes({"release": c.release_changes()})
+
+
+def test_adaptive_sample_is_also_simulated_with_a_floor_at_its_start() -> None:
+    """Unset, ``release.min_per_window`` gives two Adaptive Sample candidates: no floor, and floored at
+    its start (the largest divisor of w not above the cutoff), unless that start is w (Uniform). The
+    floored one publishes its floor, which the service's policy then holds; a configured floor is
+    the only one simulated."""
+    def floors(s: Settings) -> list[int | None]:
+        return [c.min_per_window for c in planner._adaptive_candidates(s)]
+
+    assert floors(_settings(w=10, cutoff=3)) == [None, 2]
+    assert floors(_settings(w=5, cutoff=5)) == [None]
+    s = _settings(w=10, cutoff=3)
+    floored = planner.Candidate("adaptive-sample", "model", min_per_window=2)
+    assert floored.name == "adaptive-sample(min_per_window=2)+model"
+    chosen = s.with_changes({"release": {**floored.release_changes(), "planner": None}})
+    assert chosen.engine().policy.describe()["min_releases"] == 2
+    assert chosen.fingerprint() != s.with_changes({"release": {"decision": "adaptive-sample", "planner": None}}).fingerprint()
+    # every other candidate clears a floor, so a configuration that sets one still plans
+    assert planner.Candidate("fixed", "model").release_changes()["min_per_window"] is None
+    configured = s.with_changes({"release": {"min_per_window": 5}})
+    assert floors(configured) == [5]
+    assert "adaptive-sample(min_per_window=5)" in plan(configured).mae
+
+
+def test_a_floor_is_refused_for_another_decision_and_leaves_old_fingerprints_alone() -> None:
+    with pytest.raises(Exception, match="min_per_window"):
+        Settings(**_config(decision="dsat")).validate_all().with_changes({"release": {"min_per_window": 5}}).engine()
+    s = Settings(**_config(decision="fixed")).validate_all()
+    assert "min_per_window" not in planner.public_facts(s)  # the plan cache keys of before
+    assert planner.public_facts(_settings().with_changes({"release": {"min_per_window": 2}}))["min_per_window"] == 2
+    from stream.config.fingerprint import privacy_view
+    assert "min_per_window" not in json.dumps(privacy_view(s))
 
 
 def test_model_errors_over_stacked_runs_equal_one_run_at_a_time() -> None:

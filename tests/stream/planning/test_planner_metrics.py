@@ -88,9 +88,11 @@ def test_the_plan_is_what_the_planner_gave_with_its_own_sum() -> None:
     # their pinned order
     later = [n for n in order if n.startswith("adaptive-sample") or n.endswith("+model-trend")]
     assert [n for n in order if n not in later] == PINNED_ORDER
-    assert sorted(later) == [
+    floored = [n for n in later if n.startswith("adaptive-sample(min_per_window=")]  # its floor at its start
+    assert sorted(n for n in later if n not in floored) == [
         "adaptive-sample", "adaptive-sample+kalman", "adaptive-sample+model", "adaptive-sample+model-trend",
         "adaptive-sample+nonnegative", "fixed+model-trend", "sample+model-trend", "uniform+model-trend"]
+    assert len(floored) in (0, 5)  # none where Adaptive Sample starts at w releases per window
     assert p.choice.name == p.lab_choice.name == CHOICE
     assert list(p.zero_mae) == [*PINNED_ZERO, PINNED_STEADY_ZERO]
     assert {n: list(p.mae[n]) for n in PINNED_MAE} == {n: [*v, PINNED_STEADY_MAE[n]] for n, v in PINNED_MAE.items()}
