@@ -130,6 +130,13 @@ def merge(rows: list[dict]) -> list[dict]:
     return list(out.values())
 
 
+def judgeable(row: dict) -> bool:
+    """Whether ``row`` alone has what :func:`judge` compares: a plain baseline and one of our methods
+    without a delay (a re-measure of ``auto`` or of the delayed columns alone has not)."""
+    return any(m in row["mae"] for m in PLAIN) and any(
+        m not in PLAIN and m != ZERO and " delay " not in m and not m.startswith("_") for m in row["mae"])
+
+
 def judge(row: dict) -> dict:
     """The goal figures of one measured setting (see the module docstring)."""
     mae = {m: v for m, v in row["mae"].items() if not m.startswith("_") and v is not None}
@@ -319,7 +326,7 @@ def main() -> int:
             measured = [r for g in groups for r in job(g)]
         order = {(s_, e_, w_): i for i, (s_, e_, w_, _, _) in enumerate(grid)}
         for row in sorted(measured, key=lambda r: order[(r["stream"], r["epsilon"], r["w"])]):
-            if any(m in row["mae"] for m in PLAIN):  # (auto alone: judged with --from-rows over a grid's rows)
+            if judgeable(row):  # (auto alone, or delayed columns alone: judged with --from-rows over a grid's rows)
                 rows.append({**row, **judge(row)})
     print(json.dumps(summary(rows, args.runs), indent=1))
     return 0

@@ -27,6 +27,21 @@ def test_rows_of_one_setting_merge_and_the_later_auto_wins() -> None:
     assert judged["auto_vs_best"] == 73.2 / 73.2 and judged["auto_vs_zero"] == 73.2 / 500.0
 
 
+def test_a_row_of_delayed_columns_alone_is_left_to_the_merge() -> None:
+    """``--methods uniform --delays 2``: a plain baseline and delayed columns only; such a row is not
+    judged alone (it has no undelayed method of ours) but merges over the grid's row and is judged there."""
+    bf = _bench()
+    delayed = {"stream": "sine", "epsilon": 0.1, "w": 50, "runs": 20,
+               "mae": {"uniform": 503.4, "zero-release": 501.0, "fixed+model+nonnegative delay 2": 106.3}}
+    assert not bf.judgeable(delayed)
+    grid = {"stream": "sine", "epsilon": 0.1, "w": 50, "runs": 20,
+            "mae": {"uniform": 503.4, "fixed": 151.9, "fixed+model+nonnegative": 140.0,
+                    "fixed+model+nonnegative delay 2": 90.0, "zero-release": 501.0}}
+    merged = bf.merge([grid, delayed])[0]
+    assert bf.judgeable(merged)
+    assert bf.judge(merged)["gain"] == 1 - 106.3 / 151.9  # the re-measured delayed column wins
+
+
 def test_the_settings_sharing_autos_public_facts_are_measured_in_one_group(tmp_path) -> None:
     """The six 1-bin families differ only in their stream (not a public fact the planner reads):
     one group per ε, w; a different declared population (another plan) is its own group."""
