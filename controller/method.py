@@ -104,9 +104,9 @@ class MethodSpec:
         ):
             raise ConfigurationError(f"privacy.population must be a whole number >= 1, got {self.population!r}")
         if self.min_per_window is not None and self.decision != "adaptive-sample":
-            raise ConfigurationError(f"release.min_per_window is Adaptive Sample's floor on its releases per window; "
-                                     f"{self.decision} does not read it: remove it or set release.decision: "
-                                     "adaptive-sample")
+            raise ConfigurationError(f"release.min_per_window is Adaptive Sample's floor on its fresh releases per "
+                                     f"window; release.decision {self.decision} does not read it: remove it or set "
+                                     "release.decision: adaptive-sample")
         if not isinstance(self.threshold, int | float) or not 0 <= float(self.threshold) <= 2:
             raise ConfigurationError(f"release.threshold must lie in [0, 2] (normalised L1 distance), got {self.threshold!r}")
 

@@ -100,10 +100,6 @@ def method_spec(settings: SettingsView, decision: str | None = None) -> MethodSp
             "release.decision: auto is replaced by the planner's choice before use: load the configuration "
             "with a dpstream command (check-config, run, evaluate, replay) or stream.commands.load_resolved")
     method = decision or r.decision
-    if r.min_per_window is not None and decision is None and method != "adaptive-sample":
-        raise ConfigurationError(f"release.min_per_window is Adaptive Sample's floor on its fresh releases per window; "
-                                 f"release.decision {method} does not read it: remove it or set release.decision: "
-                                 "adaptive-sample")
     tables = model_tables(settings)
     return MethodSpec(
         decision=decision or r.decision,
@@ -116,7 +112,9 @@ def method_spec(settings: SettingsView, decision: str | None = None) -> MethodSp
         burn_in=r.burn_in,
         sensitivity=p.contribution_bound * tables,
         noise_floor=r.noise_floor,
-        min_per_window=r.min_per_window if method == "adaptive-sample" else None,
+        # the configured method's floor (MethodSpec refuses one for another method); a method
+        # evaluated beside it (``decision``) runs without
+        min_per_window=r.min_per_window if decision is None or method == "adaptive-sample" else None,
     )
 
 

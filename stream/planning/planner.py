@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from controller.method import METHODS
-from controller.policies.adaptive import divisors
+from controller.policies.adaptive import AdaptiveSamplePolicy
 from controller.runs import step_run
 from histogram.accuracy import RunErrors, Workload, stream_errors
 from histogram.noise import Randomness
@@ -492,9 +492,9 @@ def _adaptive_candidates(settings: Any) -> list[Candidate]:
     configured = settings.release.min_per_window
     out = [Candidate("adaptive-sample", min_per_window=configured)]
     if configured is None:
-        w = int(settings.privacy.w)
-        start = max(c for c in divisors(w) if c <= settings.privacy.cutoff)  # the policy's start_level
-        if start < w:  # at w releases per window a floor at the start is Uniform
+        policy = AdaptiveSamplePolicy(settings.method_spec("adaptive-sample").unit)  # type: ignore[arg-type]
+        start = policy.levels[policy.start_level]
+        if start < policy.unit.w:  # at w releases per window a floor at the start is Uniform
             out.append(Candidate("adaptive-sample", min_per_window=start))
     return out
 
