@@ -109,6 +109,12 @@
       render();
     });
     $("select-form").addEventListener("submit", (e) => e.preventDefault());
+    // one listener on the chart's container, on the press: the chart is rebuilt at every release, and
+    // a click whose press and release straddle a rebuild lands on no bar and was lost
+    $("chart").addEventListener("pointerdown", (e) => {
+      const hit = e.button === 0 && e.target.closest ? e.target.closest("[data-bin]") : null;
+      if (hit) pick(Number(hit.getAttribute("data-bin")), e.shiftKey);
+    });
     setupQuery(d);
   }
   // -- a box count from /api/query (the release's model or counts, computed by the service) --
@@ -305,7 +311,6 @@
       const bar = el("rect", { x: x + bw * 0.1, width: Math.max(1, bw * 0.8), y: Math.min(y(c), y(0)),
         height: Math.max(1, Math.abs(y(c) - y(0))), class: cls, "data-bin": i }, svg);
       el("title", {}, bar, binLabel(i) + ": " + fmt(c) + (hw[i] === null ? "" : " ± " + fmt(hw[i])));
-      bar.addEventListener("click", (e) => pick(i, e.shiftKey));
       if (hw[i] !== null) {
         const cx = x + bw / 2;
         el("line", { x1: cx, x2: cx, y1: y(c - hw[i]), y2: y(c + hw[i]), class: "err" }, svg);
@@ -343,7 +348,6 @@
       const cell = el("rect", { x: L + cx * cw, y: T + cy * ch, width: cw, height: ch, fill: heatColour(v, lo, hi),
         class: "cell" + (sel ? " selected" : ""), "data-bin": b }, svg);
       el("title", {}, cell, binLabel(b) + ": " + fmt(v) + (hw[b] === null ? "" : " ± " + fmt(hw[b])));
-      cell.addEventListener("click", (e) => pick(b, e.shiftKey));
       if (r.counts.length <= 400) {
         el("text", { x: L + (cx + 0.5) * cw, y: T + (cy + 0.5) * ch + 4, "text-anchor": "middle", class: "cell-text" }, svg, fmt(v, 3));
       }
@@ -378,7 +382,6 @@
         const bar = el("rect", { x: x + bw * 0.1, width: Math.max(1, bw * 0.8), y: Math.min(y(c), y(0)),
           height: Math.max(1, Math.abs(y(c) - y(0))), class: cls, "data-bin": b, "data-count": c }, svg);
         el("title", {}, bar, binLabel(b) + ": " + fmt(c) + (ws[i] === null ? "" : " ± " + fmt(ws[i])));
-        bar.addEventListener("click", (e) => pick(b, e.shiftKey));
         if (ws[i] !== null) {
           const cx = x + bw / 2;
           el("line", { x1: cx, x2: cx, y1: y(c - ws[i]), y2: y(c + ws[i]), class: "err" }, svg);
