@@ -12,6 +12,7 @@ and ``docs/figures/live-page-2d.png``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -140,13 +141,21 @@ def test_live_page_shows_a_1d_stream_as_bars_updating_live(browser, tmp_path, mo
         w.close(tmp_path / "live-1d.png", "live-page.png")
 
 
-def test_live_page_shows_a_2d_stream_as_a_heat_map(browser, tmp_path, monkeypatch):
+@contextlib.contextmanager
+def _heat_map_page(browser, tmp_path, monkeypatch, releases: int):
+    """A paced 2-D service (a release every 0.25 s) and its live page, open once ``releases`` were
+    published and its 40 heat-map cells are drawn."""
     svc, _ = paced_service(monkeypatch, settings_for(tmp_path / "state", two_d=True), pace=0.25,
                            two_d=True, events_per_step=600, burst=40)
     with svc:
-        _wait(lambda: svc.published() >= 35, "35 releases before the page opens")
+        _wait(lambda: svc.published() >= releases, f"{releases} releases before the page opens")
         w = Watched(browser, public_url(svc))
         _wait(lambda: w.count("#chart rect.cell") == 40, "40 heat-map cells")
+        yield w
+
+
+def test_live_page_shows_a_2d_stream_as_a_heat_map(browser, tmp_path, monkeypatch):
+    with _heat_map_page(browser, tmp_path, monkeypatch, 35) as w:
         assert w.count("#chart rect.bar") == 0
         _wait(lambda: w.count("#series circle.pt") >= 35, "the history in the time series")
         _assert_cards_match(w)
@@ -160,12 +169,7 @@ def test_a_press_on_a_cell_counts_though_a_release_rebuilds_the_chart_before_the
     """The chart is rebuilt at every release (four a second here). A selection made on ``click``
     was lost when the press and the release of the button straddled a rebuild (seen in CI under
     load: the selection stayed at bin 0); the press itself selects."""
-    svc, _ = paced_service(monkeypatch, settings_for(tmp_path / "state", two_d=True), pace=0.25,
-                           two_d=True, events_per_step=600, burst=40)
-    with svc:
-        _wait(lambda: svc.published() >= 20, "20 releases before the page opens")
-        w = Watched(browser, public_url(svc))
-        _wait(lambda: w.count("#chart rect.cell") == 40, "40 heat-map cells")
+    with _heat_map_page(browser, tmp_path, monkeypatch, 20) as w:
         box = w.page.locator('#chart rect.cell[data-bin="7"]').bounding_box()
         w.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         first = w.text("#timestep")
