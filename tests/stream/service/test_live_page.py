@@ -170,7 +170,10 @@ def test_a_press_on_a_cell_counts_though_a_release_rebuilds_the_chart_before_the
     was lost when the press and the release of the button straddled a rebuild (seen in CI under
     load: the selection stayed at bin 0); the press itself selects."""
     with _heat_map_page(browser, tmp_path, monkeypatch, 20) as w:
-        box = w.page.locator('#chart rect.cell[data-bin="7"]').bounding_box()
+        cell, boxes = w.page.locator('#chart rect.cell[data-bin="7"]'), []
+        # None while a rebuild has just detached the cell (its place on the page does not move)
+        _wait(lambda: boxes.append(cell.bounding_box()) or boxes[-1] is not None, "the cell's place on the page")
+        box = boxes[-1]
         w.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         first = w.text("#timestep")
         w.page.mouse.down()
