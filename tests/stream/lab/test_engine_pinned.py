@@ -40,9 +40,10 @@ def _stable(value: object) -> object:
     """The journaled state with every float (and float text, as the journal writes its sums) to 12
     significant digits: the releases and the ledger stay pinned bit for bit, a policy's running float
     state (DSAT's controller, FAST's filter, Adaptive Sample's sums) to what a difference in the last
-    place of a vectorised ``exp``/``sqrt`` leaves alone. Adaptive Sample's pin of a002d2c failed on a
-    later machine (no AVX-512) with the same code and packages from the same ranges; at 12 digits the
-    four pins with running float state were recorded again on it, the other twelve did not move."""
+    place of a floating-point function leaves alone. Adaptive Sample's pin of a002d2c failed on a
+    later machine with the same code and packages from the same ranges (the cause was not found:
+    numpy 2.3.5 gave the same hash there); at 12 digits the four pins with running float state were
+    recorded again on it, the other twelve did not move."""
     if isinstance(value, dict):
         return {k: _stable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
